@@ -1,0 +1,65 @@
+/* Layout shared by the barrier algorithms. Not installed.
+ *
+ *   [lockstep_barrier_t: cfg line | release line | arrive line]
+ *   [slot 0] ... [slot n-1]        slot_stride bytes each, owned by participant i
+ *   [node 0] ... [node nnodes-1]   TREE only, one line each, root last
+ *
+ * A slot's first line holds the participant's episode counter (written only by it),
+ * its tree leaf, and its FLAT arrival flag. DISSEM adds one line per round holding the
+ * flag that round's partner sets. Everything is addressed by offset, never by pointer. */
+#ifndef LOCKSTEP_BARRIER_IMPL_H
+#define LOCKSTEP_BARRIER_IMPL_H
+
+#include "lockstep/barrier.h"
+#include "../internal.h"
+
+#define LS_BARRIER_MAGIC 0x6c736272u /* "lsbr" */
+#define LS_NODE_NONE UINT32_MAX
+
+typedef struct ls_slot {
+    uint32_t ep;              /* episodes this participant has arrived at */
+    uint32_t leaf;            /* TREE: node it arrives at */
+    lockstep_waitword_t flag; /* FLAT: the last episode it arrived at */
+} ls_slot_t;
+
+typedef struct ls_node {
+    lockstep_waitword_t count; /* arrivals at this node in the current episode */
+    uint32_t expected;         /* arrivals that complete the node */
+    uint32_t parent;           /* LS_NODE_NONE at the root */
+} ls_node_t;
+
+static inline ls_slot_t *ls_slot(lockstep_barrier_t *b, unsigned tid)
+{
+    return (ls_slot_t *)((char *)b + b->cfg.off_slots + (size_t)tid * b->cfg.slot_stride);
+}
+
+static inline lockstep_waitword_t *ls_dissem_flag(lockstep_barrier_t *b, unsigned tid, unsigned round)
+{
+    return (lockstep_waitword_t *)((char *)ls_slot(b, tid) + (size_t)(round + 1) * LOCKSTEP_CACHELINE);
+}
+
+static inline ls_node_t *ls_node(lockstep_barrier_t *b, uint32_t i)
+{
+    return (ls_node_t *)((char *)b + b->cfg.off_nodes + (size_t)i * LOCKSTEP_CACHELINE);
+}
+
+/* Per-algorithm entry points; arguments are already validated. */
+void ls_central_arrive(lockstep_barrier_t *b, unsigned tid);
+void ls_central_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_central_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
+
+void ls_flat_arrive(lockstep_barrier_t *b, unsigned tid);
+void ls_flat_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_flat_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
+
+void ls_tree_arrive(lockstep_barrier_t *b, unsigned tid);
+void ls_tree_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_tree_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
+/* Number of nodes for n participants at this fan-in; fills nodes/slots when b != NULL. */
+uint32_t ls_tree_build(lockstep_barrier_t *b, unsigned n, unsigned fanin);
+
+void ls_dissem_arrive(lockstep_barrier_t *b, unsigned tid);
+void ls_dissem_wait(lockstep_barrier_t *b, unsigned tid);
+unsigned ls_dissem_rounds(unsigned n);
+
+#endif

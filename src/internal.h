@@ -1,0 +1,43 @@
+/* Internal helpers shared by the library's sources. Not installed. */
+#ifndef LOCKSTEP_INTERNAL_H
+#define LOCKSTEP_INTERNAL_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ls_cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define ls_cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define ls_cpu_relax() __asm__ __volatile__("" ::: "memory")
+#endif
+
+/* Atomics on plain integers, so that public structs need no _Atomic (C++ headers). */
+#define ls_load_relaxed(p)     __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ls_load_acquire(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ls_load_seqcst(p)      __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define ls_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ls_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ls_store_seqcst(p, v)  __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ls_fetch_add(p, v, mo) __atomic_fetch_add((p), (v), (mo))
+
+#define LS_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define LS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Has a wrap-around counter reached target? */
+static inline int ls_reached(uint32_t value, uint32_t target)
+{
+    return (int32_t)(value - target) >= 0;
+}
+
+/* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
+ * that a quiet schedule would hide. */
+#ifdef LOCKSTEP_PERTURB
+void ls_perturb(void);
+#define LS_PERTURB() ls_perturb()
+#else
+#define LS_PERTURB() ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,284 @@
+/* Thread pool lifecycle and fork/join regions.
+ *
+ * Every region is one episode of the region barrier:
+ *   worker i:  loop { arrive(i); wait(i); if exit: stop; task.fn(arg, i, n) }
+ *   caller:    [workers have all arrived]   <- gather, done at the end of the last region
+ *              task = {fn, arg}
+ *              arrive_and_wait(0)           <- arrives last: releases the workers (fork)
+ *              fn(arg, 0, n)
+ *              gather()                     <- every worker arrived again (join)
+ * The workers' arrival after a region is at once the join of that region and their
+ * half of the next region's fork, so a region costs one episode, not two.
+ *
+ * Start-up: workers first wait on `start` so that a failed pthread_create can still
+ * send the ones already running home (start = 2) before any of them enters the
+ * barrier, which needs all n participants. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool_impl.h"
+
+lockstep_pool_params_t lockstep_pool_params_default(void)
+{
+    lockstep_pool_params_t p;
+    memset(&p, 0, sizeof p);
+    p.n_threads = lockstep_cpus_available();
+    p.placement = LOCKSTEP_PLACE_NONE;
+    p.wait_policy = LOCKSTEP_WAIT_DEFAULT;
+    p.barrier = LOCKSTEP_BARRIER_AUTO;
+    p.fold_shares = 1;
+    return p;
+}
+
+static uintptr_t self_id(void)
+{
+    pthread_t t = pthread_self();
+    uintptr_t id = 0;
+    memcpy(&id, &t, sizeof t < sizeof id ? sizeof t : sizeof id);
+    return id;
+}
+
+static void *worker_main(void *p)
+{
+    struct ls_worker *w = p;
+    lockstep_pool_t *pool = w->pool;
+    unsigned tid = w->tid;
+    lockstep_wait_until(&pool->start_wait, &pool->start, 1, 0);
+    if (ls_load_acquire(&pool->start.value) != 1)
+        return NULL;
+    for (;;) {
+        lockstep_barrier_arrive(pool->bar, tid);
+        lockstep_barrier_wait(pool->bar, tid);
+        if (pool->task.exit)
+            break;
+        pool->task.fn(pool->task.arg, (int)tid, pool->n);
+    }
+    return NULL;
+}
+
+/* CPU for each participant under the placement; -EINVAL for a CPU outside the mask. */
+static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
+{
+    for (int i = 0; i < pool->n; i++)
+        pool->cpu_of[i] = -1;
+    if (p->placement == LOCKSTEP_PLACE_NONE)
+        return 0;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return -errno;
+    int list[CPU_SETSIZE], m = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed))
+            list[m++] = c;
+    if (m == 0)
+        return -EINVAL;
+    for (int i = 0; i < pool->n; i++) {
+        switch (p->placement) {
+        case LOCKSTEP_PLACE_CLOSE:
+            pool->cpu_of[i] = list[i % m];
+            break;
+        case LOCKSTEP_PLACE_SPREAD:
+            pool->cpu_of[i] = pool->n <= m ? list[(int)((long)i * m / pool->n)] : list[i % m];
+            break;
+        case LOCKSTEP_PLACE_LIST: {
+            int c = p->cpus[i % p->n_cpus];
+            if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
+                return -EINVAL;
+            pool->cpu_of[i] = c;
+            break;
+        }
+        default:
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static void destroy(lockstep_pool_t *pool)
+{
+    free(pool->bar);
+    free(pool->gbar);
+    free(pool->threads);
+    free(pool->cpu_of);
+    free(pool->workers);
+    free(pool);
+}
+
+lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
+{
+    int err = EINVAL;
+    if (!p || p->n_threads < 1 || (unsigned)p->n_threads > LOCKSTEP_BARRIER_MAX_PARTICIPANTS)
+        goto fail;
+    if ((unsigned)p->placement > LOCKSTEP_PLACE_LIST ||
+        (p->placement == LOCKSTEP_PLACE_LIST && (!p->cpus || p->n_cpus < 1)))
+        goto fail;
+    if (p->barrier == LOCKSTEP_BARRIER_DISSEM || (unsigned)p->barrier > LOCKSTEP_BARRIER_DISSEM)
+        goto fail; /* dissemination has no primary, so it cannot gather for a join */
+
+    lockstep_pool_t *pool;
+    if (posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0) {
+        err = ENOMEM;
+        goto fail;
+    }
+    memset(pool, 0, sizeof *pool);
+    pool->n = p->n_threads;
+    pool->fold_shares = p->fold_shares;
+    pool->policy = p->wait_policy;
+
+    lockstep_barrier_params_t bp = lockstep_barrier_params_default();
+    bp.kind = p->barrier;
+    bp.fanin = p->fanin;
+    bp.wait_policy = p->wait_policy;
+    size_t bsize = lockstep_barrier_size(bp.kind, (unsigned)pool->n, bp.fanin);
+    if (bsize == 0) {
+        destroy(pool);
+        goto fail;
+    }
+    pool->gbar_size = bsize;
+    if (posix_memalign((void **)&pool->bar, LOCKSTEP_CACHELINE, bsize) != 0 ||
+        posix_memalign((void **)&pool->gbar, LOCKSTEP_CACHELINE, bsize) != 0) {
+        destroy(pool);
+        err = ENOMEM;
+        goto fail;
+    }
+    int rc = lockstep_barrier_init(pool->bar, bsize, (unsigned)pool->n, &bp);
+    if (rc == 0)
+        rc = lockstep_wait_init(&pool->start_wait, LOCKSTEP_WAIT_PASSIVE, 1, 0);
+    if (rc) {
+        destroy(pool);
+        err = -rc;
+        goto fail;
+    }
+    pool->threads = calloc((size_t)pool->n, sizeof *pool->threads);
+    pool->cpu_of = calloc((size_t)pool->n, sizeof *pool->cpu_of);
+    pool->workers = calloc((size_t)pool->n, sizeof *pool->workers);
+    if (!pool->threads || !pool->cpu_of || !pool->workers) {
+        destroy(pool);
+        err = ENOMEM;
+        goto fail;
+    }
+    rc = place(pool, p);
+    if (rc) {
+        destroy(pool);
+        err = -rc;
+        goto fail;
+    }
+
+    int started = 1;
+    for (; started < pool->n; started++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (pool->cpu_of[started] >= 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(pool->cpu_of[started], &one);
+            pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+        }
+        pool->workers[started].pool = pool;
+        pool->workers[started].tid = (unsigned)started;
+        rc = pthread_create(&pool->threads[started], &attr, worker_main, &pool->workers[started]);
+        pthread_attr_destroy(&attr);
+        if (rc)
+            break;
+    }
+    if (started < pool->n) {
+        lockstep_wait_publish(&pool->start_wait, &pool->start, 2);
+        for (int i = 1; i < started; i++)
+            pthread_join(pool->threads[i], NULL);
+        destroy(pool);
+        err = EAGAIN;
+        goto fail;
+    }
+    if (pool->cpu_of[0] >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(pool->cpu_of[0], &one);
+        pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
+    lockstep_wait_publish(&pool->start_wait, &pool->start, 1);
+    /* establish the between-regions invariant: every worker has arrived */
+    lockstep_barrier_gather(pool->bar, 0);
+    return pool;
+
+fail:
+    errno = err;
+    return NULL;
+}
+
+int ls_pool_claim(lockstep_pool_t *pool)
+{
+    uint32_t idle = 0;
+    if (__atomic_compare_exchange_n(&pool->busy, &idle, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&pool->owner, self_id(), __ATOMIC_RELAXED);
+        return 0;
+    }
+    /* in flight: are we inside it (nested) or another thread (concurrent)? */
+    uintptr_t me = self_id();
+    if (__atomic_load_n(&pool->owner, __ATOMIC_RELAXED) == me)
+        return -EDEADLK;
+    for (int i = 1; i < pool->n; i++)
+        if (pthread_equal(pool->threads[i], pthread_self()))
+            return -EDEADLK;
+    return -EBUSY;
+}
+
+void ls_pool_unclaim(lockstep_pool_t *pool)
+{
+    __atomic_store_n(&pool->owner, (uintptr_t)0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool->busy, 0u, __ATOMIC_RELEASE);
+}
+
+void ls_pool_region(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg)
+{
+    pool->task.fn = fn;
+    pool->task.arg = arg;
+    lockstep_barrier_arrive_and_wait(pool->bar, 0); /* fork: we arrive last */
+    fn(arg, 0, pool->n);
+    lockstep_barrier_gather(pool->bar, 0);          /* join */
+}
+
+int lockstep_pool_run(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg)
+{
+    if (!pool || !fn)
+        return -EINVAL;
+    int rc = ls_pool_claim(pool);
+    if (rc)
+        return rc;
+    ls_pool_region(pool, fn, arg);
+    ls_pool_unclaim(pool);
+    return 0;
+}
+
+void lockstep_pool_free(lockstep_pool_t *pool)
+{
+    if (!pool || ls_pool_claim(pool) != 0)
+        return; /* NULL, or called inside a region: freeing now would deadlock */
+    pool->task.exit = 1;
+    lockstep_barrier_arrive_and_wait(pool->bar, 0);
+    for (int i = 1; i < pool->n; i++)
+        pthread_join(pool->threads[i], NULL);
+    destroy(pool);
+}
+
+int lockstep_pool_size(const lockstep_pool_t *pool)
+{
+    return pool ? pool->n : -EINVAL;
+}
+
+int lockstep_pool_barrier_kind(const lockstep_pool_t *pool)
+{
+    return pool ? lockstep_barrier_kind(pool->bar) : -EINVAL;
+}
+
+int lockstep_pool_abort(lockstep_pool_t *pool)
+{
+    if (!pool)
+        return -EINVAL;
+    __atomic_store_n(&pool->abort_req, 1u, __ATOMIC_RELAXED);
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* The pool's private state, shared by pool.c, parallel_for.c and graph.c. */
+#ifndef LOCKSTEP_POOL_IMPL_H
+#define LOCKSTEP_POOL_IMPL_H
+
+#include <pthread.h>
+#include "lockstep/pool.h"
+#include "../internal.h"
+
+#define LS_PAD(name, used) char name[LOCKSTEP_CACHELINE - (used)]
+
+struct lockstep_pool {
+    /* read-mostly configuration */
+    int n;
+    int fold_shares;
+    lockstep_wait_policy_t policy;
+    lockstep_barrier_t *bar;   /* region barrier: n participants, fork/join */
+    lockstep_barrier_t *gbar;  /* graph barrier: sized for n, initialised per run */
+    size_t gbar_size;
+    unsigned gbar_n;           /* participants gbar is initialised for (0 = none) */
+    pthread_t *threads;        /* [1..n-1]; [0] unused */
+    int *cpu_of;               /* CPU per participant, -1 = unpinned */
+    struct ls_worker *workers;
+    lockstep_wait_t start_wait;
+    LS_PAD(pad0, 0);
+
+    /* the region being forked: written by participant 0 before it releases the
+     * episode, read by the workers after their wait (ordered by the barrier) */
+    struct {
+        lockstep_region_fn fn;
+        void *arg;
+        int exit;
+    } task;
+    LS_PAD(pad1, sizeof(void *) * 3);
+
+    /* who drives the pool: 0 = idle, 1 = a region is in flight */
+    uint32_t busy;
+    uintptr_t owner;           /* pthread_self() of the driver, as an integer */
+    lockstep_waitword_t start; /* 1 = workers may begin, 2 = creation failed: exit */
+    LS_PAD(pad2, 4 + sizeof(uintptr_t) + sizeof(lockstep_waitword_t) + 4);
+
+    uint32_t abort_req;        /* set by lockstep_pool_abort or a node returning non-zero */
+    LS_PAD(pad3, 4);
+
+    uint32_t votes[3];         /* graph: abort votes for node boundary i live in votes[i % 3] */
+    LS_PAD(pad4, 12);
+
+    int64_t next_chunk;        /* parallel_for DYNAMIC: next chunk index */
+    LS_PAD(pad5, 8);
+};
+
+struct ls_worker {
+    lockstep_pool_t *pool;
+    unsigned tid;
+};
+
+/* Fork fn over the pool and join; the caller has already claimed the pool. */
+void ls_pool_region(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg);
+
+/* Claim the pool for one region (0, -EDEADLK, -EBUSY, -EINVAL) and release it. */
+int ls_pool_claim(lockstep_pool_t *pool);
+void ls_pool_unclaim(lockstep_pool_t *pool);
+
+#endif

@@ -1,0 +1,265 @@
+/* Waiting: spin -> yield -> futex park. The protocol that makes parking safe:
+ *
+ *   waiter                                  publisher
+ *   1. sleepers += 1        (seq_cst)       a. value = v          (seq_cst)
+ *   2. read value           (seq_cst)       b. read sleepers      (seq_cst)
+ *   3. FUTEX_WAIT(value, seen)              c. if sleepers: FUTEX_WAKE(all)
+ *   4. sleepers -= 1
+ *
+ * Sequential consistency orders 1 before 2 and a before b, so either the waiter sees v
+ * at 2 (and does not sleep) or the publisher sees the waiter at b (and wakes it);
+ * FUTEX_WAIT itself re-checks value == seen in the kernel, closing the gap between 2
+ * and 3. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lockstep/wait.h"
+#include "../internal.h"
+
+uint64_t lockstep_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#ifdef LOCKSTEP_PERTURB
+void ls_perturb(void)
+{
+    /* A cheap per-thread xorshift: yield on about one protocol point in eight. */
+    static __thread uint32_t s;
+    if (s == 0)
+        s = (uint32_t)(uintptr_t)&s | 1u;
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    if ((s & 7u) == 0)
+        sched_yield();
+}
+#endif
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, word, op, val, ts, NULL, 0);
+}
+
+/* ---- CPU budget ------------------------------------------------------------------ */
+
+/* The cgroup CPU quota in whole CPUs (rounded up), or 0 when there is none. */
+static int cgroup_cpu_limit(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char quota[32] = {0};
+        long long period = 0;
+        int got = fscanf(f, "%31s %lld", quota, &period);
+        fclose(f);
+        if (got == 2 && strcmp(quota, "max") != 0 && period > 0) {
+            long long q = atoll(quota);
+            if (q > 0)
+                return (int)((q + period - 1) / period);
+        }
+        return 0;
+    }
+    f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+    if (f) {
+        long long q = -1, period = 0;
+        int got = fscanf(f, "%lld", &q);
+        fclose(f);
+        FILE *p = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+        if (p) {
+            if (fscanf(p, "%lld", &period) != 1)
+                period = 0;
+            fclose(p);
+        }
+        if (got == 1 && q > 0 && period > 0)
+            return (int)((q + period - 1) / period);
+    }
+    return 0;
+}
+
+int lockstep_cpus_available(void)
+{
+    static int cached; /* 0 = not yet computed; benign race: every thread computes the same */
+    int n = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (n > 0)
+        return n;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    int quota = cgroup_cpu_limit();
+    if (quota > 0 && quota < n)
+        n = quota;
+    __atomic_store_n(&cached, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* ---- policy ---------------------------------------------------------------------- */
+
+/* PAUSE iterations that take LOCKSTEP_SPIN_NS, timed once per process. */
+static uint32_t spin_iterations(void)
+{
+    static uint32_t cached;
+    uint32_t it = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (it)
+        return it;
+    const int probe = 2000;
+    uint64_t best = UINT64_MAX;
+    for (int rep = 0; rep < 3; rep++) { /* best of three: a preemption only lengthens */
+        uint64_t t0 = lockstep_now_ns();
+        for (int i = 0; i < probe; i++)
+            ls_cpu_relax();
+        uint64_t dt = lockstep_now_ns() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    if (best == 0)
+        best = 1;
+    uint64_t n = (uint64_t)LOCKSTEP_SPIN_NS * (uint64_t)probe / best;
+    if (n < 64)
+        n = 64;
+    if (n > 1000000)
+        n = 1000000;
+    it = (uint32_t)n;
+    __atomic_store_n(&cached, it, __ATOMIC_RELAXED);
+    return it;
+}
+
+static int policy_from_env(lockstep_wait_policy_t *out)
+{
+    const char *s = getenv("LOCKSTEP_WAIT_POLICY");
+    if (!s || !*s) {
+        *out = LOCKSTEP_WAIT_AUTO;
+        return 0;
+    }
+    if (strcasecmp(s, "auto") == 0)
+        *out = LOCKSTEP_WAIT_AUTO;
+    else if (strcasecmp(s, "active") == 0)
+        *out = LOCKSTEP_WAIT_ACTIVE;
+    else if (strcasecmp(s, "passive") == 0)
+        *out = LOCKSTEP_WAIT_PASSIVE;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
+                       unsigned participants, int process_shared)
+{
+    if (!w)
+        return -EINVAL;
+    if (policy == LOCKSTEP_WAIT_DEFAULT) {
+        int rc = policy_from_env(&policy);
+        if (rc)
+            return rc;
+    }
+    memset(w, 0, sizeof *w);
+    w->flags = process_shared ? LOCKSTEP_WAIT_F_SHARED : 0;
+    switch (policy) {
+    case LOCKSTEP_WAIT_ACTIVE:
+        w->spin = spin_iterations();
+        w->yields = LOCKSTEP_YIELDS;
+        w->flags |= LOCKSTEP_WAIT_F_NOPARK;
+        break;
+    case LOCKSTEP_WAIT_PASSIVE:
+        w->spin = 0;
+        w->yields = 2;
+        break;
+    case LOCKSTEP_WAIT_AUTO:
+        w->spin = participants > (unsigned)lockstep_cpus_available() ? 0 : spin_iterations();
+        w->yields = w->spin ? LOCKSTEP_YIELDS : 2;
+        break;
+    default:
+        return -EINVAL;
+    }
+    w->policy = (uint32_t)policy;
+    return 0;
+}
+
+/* ---- waiting ---------------------------------------------------------------------- */
+
+static int park(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t target,
+                uint64_t deadline_ns)
+{
+    int op = FUTEX_WAIT | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
+    for (;;) {
+        struct timespec ts, *tsp = NULL;
+        if (deadline_ns) {
+            uint64_t now = lockstep_now_ns();
+            if (now >= deadline_ns)
+                return -ETIMEDOUT;
+            uint64_t left = deadline_ns - now;
+            ts.tv_sec = (time_t)(left / 1000000000ull);
+            ts.tv_nsec = (long)(left % 1000000000ull);
+            tsp = &ts;
+        }
+        ls_fetch_add(&ww->sleepers, 1u, __ATOMIC_SEQ_CST);      /* step 1 */
+        uint32_t seen = ls_load_seqcst(&ww->value);             /* step 2 */
+        if (!ls_reached(seen, target))
+            futex(&ww->value, op, seen, tsp);                   /* step 3 */
+        ls_fetch_add(&ww->sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
+        if (ls_reached(ls_load_acquire(&ww->value), target))
+            return 0;
+    }
+}
+
+int lockstep_wait_until(const lockstep_wait_t *w, lockstep_waitword_t *ww,
+                        uint32_t target, uint64_t deadline_ns)
+{
+    if (LS_UNLIKELY(!w || !ww))
+        return -EINVAL;
+    if (ls_reached(ls_load_acquire(&ww->value), target))
+        return 0;
+    for (uint32_t i = 0; i < w->spin; i++) {
+        ls_cpu_relax();
+        if (ls_reached(ls_load_acquire(&ww->value), target))
+            return 0;
+    }
+    for (uint32_t round = 0;; round++) {
+        for (uint32_t i = 0; i < w->yields; i++) {
+            sched_yield();
+            if (ls_reached(ls_load_acquire(&ww->value), target))
+                return 0;
+        }
+        if (deadline_ns && lockstep_now_ns() >= deadline_ns)
+            return ls_reached(ls_load_acquire(&ww->value), target) ? 0 : -ETIMEDOUT;
+        if (!(w->flags & LOCKSTEP_WAIT_F_NOPARK))
+            return park(w, ww, target, deadline_ns);
+        /* active: keep spinning, with a deadline check after every round of yields */
+        for (uint32_t i = 0; i < w->spin; i++) {
+            ls_cpu_relax();
+            if (ls_reached(ls_load_acquire(&ww->value), target))
+                return 0;
+        }
+    }
+}
+
+void lockstep_wait_wake(const lockstep_wait_t *w, lockstep_waitword_t *ww)
+{
+    /* seq_cst: this load must not be ordered before the caller's store/RMW of value */
+    if (ls_load_seqcst(&ww->sleepers) != 0) {
+        int op = FUTEX_WAKE | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
+        futex(&ww->value, op, INT_MAX, NULL);
+    }
+}
+
+void lockstep_wait_publish(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t value)
+{
+    ls_store_seqcst(&ww->value, value); /* step a: release of everything before it */
+    lockstep_wait_wake(w, ww);          /* step b/c */
+}

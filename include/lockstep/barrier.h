@@ -24,8 +24,11 @@
  *             the generation word. Participant 0 arrives directly at the root.
  *   DISSEM  — dissemination: ceil(log2 n) rounds, in round k participant i signals
  *             (i + 2^k) mod n. No central word; no primary.
- *   AUTO    — chosen by init from n and the CPUs available (CENTRAL when the
- *             participants outnumber CPUs or n <= 8, else TREE with fan-in 4).
+ *   AUTO    — chosen by init from n and the CPUs available: when the participants
+ *             outnumber the CPUs, CENTRAL (one futex wake releases everyone); else
+ *             DISSEM (no shared hot line, no atomic RMW), or, when the params ask
+ *             for lockstep_barrier_gather (need_gather), CENTRAL up to 8 participants
+ *             and TREE beyond.
  * Every wait follows the lockstep_wait_t policy chosen at init (spin, yield, park). */
 #ifndef LOCKSTEP_BARRIER_H
 #define LOCKSTEP_BARRIER_H
@@ -54,6 +57,7 @@ typedef struct lockstep_barrier_params {
     unsigned fanin;                    /* TREE only; 0 = LOCKSTEP_BARRIER_DEFAULT_FANIN */
     lockstep_wait_policy_t wait_policy;
     int process_shared;                /* non-zero: placed in shared memory (futex without PRIVATE) */
+    int need_gather;                   /* AUTO must resolve to a kind with a primary */
 } lockstep_barrier_params_t;
 
 /* The fixed part of a barrier; per-participant slots and tree nodes follow it at the

@@ -71,7 +71,9 @@ int lockstep_pool_graph_run(lockstep_pool_t *pool, int n_nodes, int n_shares,
         g.active = cpus;
     if (pool->gbar_n != (unsigned)g.active) {
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();
-        bp.kind = (lockstep_barrier_kind_t)lockstep_barrier_kind(pool->bar);
+        /* between nodes nobody gathers, so AUTO may pick dissemination here even
+         * though the pool's own region barrier needs a primary */
+        bp.kind = pool->graph_kind;
         bp.fanin = pool->bar->cfg.fanin;
         bp.wait_policy = pool->policy;
         rc = lockstep_barrier_init(pool->gbar, pool->gbar_size, (unsigned)g.active, &bp);

@@ -129,19 +129,22 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
     pool->n = p->n_threads;
     pool->fold_shares = p->fold_shares;
     pool->policy = p->wait_policy;
+    pool->graph_kind = p->barrier;
 
     lockstep_barrier_params_t bp = lockstep_barrier_params_default();
     bp.kind = p->barrier;
     bp.fanin = p->fanin;
     bp.wait_policy = p->wait_policy;
+    bp.need_gather = 1;
     size_t bsize = lockstep_barrier_size(bp.kind, (unsigned)pool->n, bp.fanin);
     if (bsize == 0) {
         destroy(pool);
         goto fail;
     }
-    pool->gbar_size = bsize;
+    size_t dsize = lockstep_barrier_size(LOCKSTEP_BARRIER_DISSEM, (unsigned)pool->n, 0);
+    pool->gbar_size = dsize > bsize ? dsize : bsize;
     if (posix_memalign((void **)&pool->bar, LOCKSTEP_CACHELINE, bsize) != 0 ||
-        posix_memalign((void **)&pool->gbar, LOCKSTEP_CACHELINE, bsize) != 0) {
+        posix_memalign((void **)&pool->gbar, LOCKSTEP_CACHELINE, pool->gbar_size) != 0) {
         destroy(pool);
         err = ENOMEM;
         goto fail;

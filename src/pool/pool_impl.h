@@ -17,6 +17,7 @@ struct lockstep_pool {
     lockstep_barrier_t *gbar;  /* graph barrier: sized for n, initialised per run */
     size_t gbar_size;
     unsigned gbar_n;           /* participants gbar is initialised for (0 = none) */
+    lockstep_barrier_kind_t graph_kind; /* the params' kind; AUTO resolves per run */
     pthread_t *threads;        /* [1..n-1]; [0] unused */
     int *cpu_of;               /* CPU per participant, -1 = unpinned */
     struct ls_worker *workers;

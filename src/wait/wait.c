@@ -9,11 +9,24 @@
  * Sequential consistency orders 1 before 2 and a before b, so either the waiter sees v
  * at 2 (and does not sleep) or the publisher sees the waiter at b (and wakes it);
  * FUTEX_WAIT itself re-checks value == seen in the kernel, closing the gap between 2
- * and 3. */
+ * and 3.
+ *
+ * Asymmetric fences. A seq_cst store is an XCHG on x86: it stalls the publisher until
+ * it owns the line the waiters are spinning on, one extra cache transfer per release.
+ * Where the kernel offers membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), the fast side
+ * (the publisher) uses a plain release store and only a compiler fence before reading
+ * sleepers, and the slow side (a waiter about to park, which is about to pay a
+ * context switch anyway) calls membarrier between 1 and 2. membarrier runs a full
+ * barrier on every CPU running a thread of this process, so either the publisher's
+ * store is visible to the waiter's read at 2, or the waiter's increment at 1 is
+ * visible to the publisher's read at b (the scheme userspace-rcu uses for its readers).
+ * It covers one process only: words in memory shared between processes keep the
+ * seq_cst pair. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +63,24 @@ void ls_perturb(void)
 static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
     return syscall(SYS_futex, word, op, val, ts, NULL, 0);
+}
+
+/* 1 when membarrier(PRIVATE_EXPEDITED) is registered for this process, -1 when it is
+ * unavailable, 0 before the first try. */
+static int asym_state;
+
+static int asym_fences(void)
+{
+    int st = __atomic_load_n(&asym_state, __ATOMIC_ACQUIRE);
+    if (st == 0) {
+        long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+        st = -1;
+        if (q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+            syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+            st = 1;
+        __atomic_store_n(&asym_state, st, __ATOMIC_RELEASE);
+    }
+    return st > 0;
 }
 
 /* ---- CPU budget ------------------------------------------------------------------ */
@@ -169,7 +200,7 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
             return rc;
     }
     memset(w, 0, sizeof *w);
-    w->flags = process_shared ? LOCKSTEP_WAIT_F_SHARED : 0;
+    w->flags = process_shared ? LOCKSTEP_WAIT_F_SHARED : (asym_fences() ? LOCKSTEP_WAIT_F_ASYM : 0);
     switch (policy) {
     case LOCKSTEP_WAIT_ACTIVE:
         w->spin = spin_iterations();
@@ -209,6 +240,8 @@ static int park(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t targ
             tsp = &ts;
         }
         ls_fetch_add(&ww->sleepers, 1u, __ATOMIC_SEQ_CST);      /* step 1 */
+        if (w->flags & LOCKSTEP_WAIT_F_ASYM) /* orders 1 before any publisher's read of sleepers */
+            syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
         uint32_t seen = ls_load_seqcst(&ww->value);             /* step 2 */
         if (!ls_reached(seen, target))
             futex(&ww->value, op, seen, tsp);                   /* step 3 */
@@ -251,8 +284,17 @@ int lockstep_wait_until(const lockstep_wait_t *w, lockstep_waitword_t *ww,
 
 void lockstep_wait_wake(const lockstep_wait_t *w, lockstep_waitword_t *ww)
 {
-    /* seq_cst: this load must not be ordered before the caller's store/RMW of value */
-    if (ls_load_seqcst(&ww->sleepers) != 0) {
+    uint32_t sleepers;
+    if (w->flags & LOCKSTEP_WAIT_F_ASYM) {
+        /* the parking side's membarrier supplies the store->load ordering; we only
+         * keep the compiler from hoisting this read above the caller's store */
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        sleepers = ls_load_relaxed(&ww->sleepers);
+    } else {
+        /* seq_cst: must not be ordered before the caller's store/RMW of value */
+        sleepers = ls_load_seqcst(&ww->sleepers);
+    }
+    if (sleepers != 0) {
         int op = FUTEX_WAKE | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
         futex(&ww->value, op, INT_MAX, NULL);
     }
@@ -260,6 +302,9 @@ void lockstep_wait_wake(const lockstep_wait_t *w, lockstep_waitword_t *ww)
 
 void lockstep_wait_publish(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t value)
 {
-    ls_store_seqcst(&ww->value, value); /* step a: release of everything before it */
-    lockstep_wait_wake(w, ww);          /* step b/c */
+    if (w->flags & LOCKSTEP_WAIT_F_ASYM)
+        ls_store_release(&ww->value, value); /* step a: release of everything before it */
+    else
+        ls_store_seqcst(&ww->value, value);  /* step a, ordered before b by itself */
+    lockstep_wait_wake(w, ww);               /* steps b and c */
 }

@@ -67,6 +67,19 @@ int main(void)
     CHECK_EQ(lockstep_barrier_init(b, sizeof mem, 2, &p), 0);
     CHECK_EQ(lockstep_barrier_gather(b, 0), -ENOTSUP);
 
+    /* AUTO never resolves to a kind without a primary when asked for gather */
+    for (unsigned n = 1; n <= 40; n++) {
+        p = lockstep_barrier_params_default();
+        p.need_gather = 1;
+        CHECK(lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, n, 0) <= sizeof mem);
+        CHECK_EQ(lockstep_barrier_init(b, sizeof mem, n, &p), 0);
+        CHECK(lockstep_barrier_kind(b) != LOCKSTEP_BARRIER_DISSEM);
+        p.need_gather = 0;
+        CHECK_EQ(lockstep_barrier_init(b, lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, n, 0), n, &p), 0);
+        CHECK(lockstep_barrier_kind(b) > LOCKSTEP_BARRIER_AUTO);
+    }
+    p = lockstep_barrier_params_default();
+
     /* destroyed barrier */
     lockstep_barrier_destroy(b);
     CHECK_EQ(lockstep_barrier_arrive(b, 0), -EINVAL);

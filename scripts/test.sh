@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Every test: the release build, the perturbation build (debug, random yields at
+# protocol points), ThreadSanitizer, and ASan+UBSan; warnings are errors in all four.
+# Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh test
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=(release debug tsan asan)
+failed=()
+for p in "${presets[@]}"; do
+  echo "=== $p ===" >&2
+  cmake --preset "$p" >/dev/null
+  cmake --build --preset "$p"
+  # sanitizer builds run several times slower: stretch the in-test watchdogs
+  case "$p" in tsan) slow=8 ;; asan) slow=4 ;; *) slow=1 ;; esac
+  if ! LOCKSTEP_TEST_SLOWDOWN=$slow ctest --preset "$p" -j2; then
+    failed+=("$p")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "all test builds passed: ${presets[*]}"

@@ -36,11 +36,16 @@ static inline double bench_cpu_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline void bench_sleep_ms(unsigned ms)
+static inline void bench_sleep_us(unsigned us)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
+}
+
+static inline void bench_sleep_ms(unsigned ms)
+{
+    bench_sleep_us(ms * 1000u);
 }
 
 static inline void bench_emit(const char *workload, const char *impl, int param,

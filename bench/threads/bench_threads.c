@@ -6,7 +6,8 @@
  *   graph    — ns per node of a 2000-node graph run (lockstep_pool_graph_run)
  *   idle     — CPU-seconds per second burned from 10 ms to 210 ms after a region
  *   pingpong — ns per cache-line round trip between two threads on two CPUs (IMPL ignored)
- *   calibrate — PAUSE cost and futex park/wake hand-off, behind LOCKSTEP_SPIN_NS */
+ *   calibrate — PAUSE cost and the wake-up latency of a parked thread (p50, p99),
+ *               the measurements behind LOCKSTEP_SPIN_NS in wait.h */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -171,37 +172,47 @@ static double pingpong_rep(long iters, int cpu0, int cpu1)
 
 /* ---- calibration behind LOCKSTEP_SPIN_NS ------------------------------------------ */
 
-static uint32_t fw_word, fw_ack;
-static long fw_futex(uint32_t *w, int op, uint32_t v)
+/* Wake-up latency: from the store that publishes a value to the moment the thread
+ * parked on it (FUTEX_WAIT) runs again. The waker pauses 100 us between rounds so that
+ * the waiter is always parked, never spinning. */
+#define WAKE_ROUNDS 2000
+static uint32_t wake_word;
+static uint64_t wake_stamp, wake_lat[WAKE_ROUNDS];
+
+static void *wake_peer(void *p)
 {
-    return syscall(SYS_futex, w, op | FUTEX_PRIVATE_FLAG, v, NULL, NULL, 0);
-}
-static void *fw_peer(void *p)
-{
-    long n = *(long *)p;
-    for (uint32_t i = 1; i <= (uint32_t)n; i++) {
-        while (__atomic_load_n(&fw_word, __ATOMIC_ACQUIRE) != i)
-            fw_futex(&fw_word, FUTEX_WAIT, i - 1);
-        __atomic_store_n(&fw_ack, i, __ATOMIC_SEQ_CST);
-        fw_futex(&fw_ack, FUTEX_WAKE, 1);
+    (void)p;
+    for (uint32_t i = 1; i <= WAKE_ROUNDS; i++) {
+        uint32_t v;
+        while ((v = __atomic_load_n(&wake_word, __ATOMIC_ACQUIRE)) < i)
+            syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+        wake_lat[i - 1] = bench_now() - __atomic_load_n(&wake_stamp, __ATOMIC_ACQUIRE);
     }
     return NULL;
 }
-static double handoff_rep(long n)
+
+static int cmp_u64(const void *a, const void *b)
 {
-    fw_word = fw_ack = 0;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Fills p50/p99 (ns) of the wake-up latency. */
+static void wake_latency(double *p50, double *p99)
+{
+    wake_word = 0;
     pthread_t t;
-    pthread_create(&t, NULL, fw_peer, &n);
-    uint64_t t0 = bench_now();
-    for (uint32_t i = 1; i <= (uint32_t)n; i++) {
-        __atomic_store_n(&fw_word, i, __ATOMIC_SEQ_CST);
-        fw_futex(&fw_word, FUTEX_WAKE, 1);
-        while (__atomic_load_n(&fw_ack, __ATOMIC_ACQUIRE) != i)
-            fw_futex(&fw_ack, FUTEX_WAIT, i - 1);
+    pthread_create(&t, NULL, wake_peer, NULL);
+    for (uint32_t i = 1; i <= WAKE_ROUNDS; i++) {
+        bench_sleep_us(100);
+        __atomic_store_n(&wake_stamp, bench_now(), __ATOMIC_RELEASE);
+        __atomic_store_n(&wake_word, i, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     }
-    double ns = (double)(bench_now() - t0) / (double)n / 2.0; /* one hand-off */
     pthread_join(t, NULL);
-    return ns;
+    qsort(wake_lat, WAKE_ROUNDS, sizeof wake_lat[0], cmp_u64);
+    *p50 = (double)wake_lat[WAKE_ROUNDS / 2];
+    *p99 = (double)wake_lat[WAKE_ROUNDS * 99 / 100];
 }
 
 int main(int argc, char **argv)
@@ -267,9 +278,11 @@ int main(int argc, char **argv)
             r[i] = (double)(bench_now() - t0) / 1e6;
         }
         bench_emit("pause", "calibrate", 1, "ns", r, reps);
+        double p99[BENCH_MAX_REPS];
         for (int i = 0; i < reps; i++)
-            r[i] = handoff_rep(2000);
-        bench_emit("futex_handoff", "calibrate", 2, "ns", r, reps);
+            wake_latency(&r[i], &p99[i]);
+        bench_emit("wake_p50", "calibrate", 2, "ns", r, reps);
+        bench_emit("wake_p99", "calibrate", 2, "ns", p99, reps);
     } else {
         fprintf(stderr, "%s: unknown workload %s\n", argv[0], w);
         return 2;

@@ -11,14 +11,18 @@
  * The publisher stores the value and calls FUTEX_WAKE only when `sleepers` is non-zero,
  * so the fast path of a release is one store and one load of the same cache line.
  *
- * Spin budget. Spinning is worth it while it costs less than parking would. On the
- * reference machine (2-vCPU Xeon VM, 2026-11) a park/wake hand-off measured 7.1 us
- * (futex ping-pong between two parked threads: 14.2-14.5 us per round trip) and one
- * PAUSE 19-21 ns. LOCKSTEP_SPIN_NS is therefore 8000 ns: a waiter spins at most about as
- * long as the park it is trying to avoid (the classic 2-competitive rule). The
- * nanosecond budget is turned into PAUSE iterations by timing PAUSE once per process,
- * because PAUSE costs 10-140 cycles depending on the CPU generation.
- * Reproduce with: build/bench/threads/lockstep_bench_threads calibrate
+ * Spin budget. A waiter should not park while the thread it waits for may still
+ * arrive soon; in particular, when that thread was itself parked and has just been
+ * woken, it needs the kernel's wake-up latency before it runs. On the reference
+ * machine (2-vCPU Xeon VM, 2026-11) that latency — from the publishing store to the
+ * parked thread running — measured p50 10 us, p90 12-13 us, p99 29-32 us; one PAUSE
+ * 19-25 ns. With a budget below the median (8 us was tried) a pair of threads falls
+ * into a convoy: each parks just before the other arrives, and every barrier then
+ * costs a futex hand-off (10-40 us per graph node instead of 0.9). LOCKSTEP_SPIN_NS is
+ * therefore 40000 ns, above the p99, so a woken partner is almost always met while
+ * still spinning. An idle pool spins that long once, then parks. The budget is turned
+ * into PAUSE iterations by timing PAUSE once per process (10-140 cycles by CPU).
+ * Reproduce with: build/release/bench/threads/lockstep_bench_threads auto calibrate 1 5
  *
  * Policy (like OMP_WAIT_POLICY):
  *   active  — spin and yield, never park (lowest latency, burns CPU while idle);
@@ -43,7 +47,7 @@ extern "C" {
  * still contend. */
 #define LOCKSTEP_CACHELINE 128
 
-#define LOCKSTEP_SPIN_NS 8000u   /* measured; see the comment at the top of this file */
+#define LOCKSTEP_SPIN_NS 40000u  /* measured; see the comment at the top of this file */
 #define LOCKSTEP_YIELDS 16u      /* yields before parking (one yield: ~0.3 us here) */
 
 typedef enum lockstep_wait_policy {

@@ -212,8 +212,13 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
         w->yields = 2;
         break;
     case LOCKSTEP_WAIT_AUTO:
-        w->spin = participants > (unsigned)lockstep_cpus_available() ? 0 : spin_iterations();
-        w->yields = w->spin ? LOCKSTEP_YIELDS : 2;
+        if (participants > (unsigned)lockstep_cpus_available()) {
+            w->spin = 0;
+            w->yields = LOCKSTEP_YIELDS_OVERSUBSCRIBED;
+        } else {
+            w->spin = spin_iterations();
+            w->yields = LOCKSTEP_YIELDS;
+        }
         break;
     default:
         return -EINVAL;

@@ -24,11 +24,10 @@
  *             the generation word. Participant 0 arrives directly at the root.
  *   DISSEM  — dissemination: ceil(log2 n) rounds, in round k participant i signals
  *             (i + 2^k) mod n. No central word; no primary.
- *   AUTO    — chosen by init from n and the CPUs available: when the participants
- *             outnumber the CPUs, CENTRAL (one futex wake releases everyone); else
- *             DISSEM (no shared hot line, no atomic RMW), or, when the params ask
- *             for lockstep_barrier_gather (need_gather), CENTRAL up to 8 participants
- *             and TREE beyond.
+ *   AUTO    — chosen by init from n and the CPUs available: CENTRAL up to 8
+ *             participants and whenever they outnumber the CPUs (one futex wake
+ *             releases everyone); beyond that DISSEM, or TREE when the params ask for
+ *             lockstep_barrier_gather (need_gather).
  * Every wait follows the lockstep_wait_t policy chosen at init (spin, yield, park). */
 #ifndef LOCKSTEP_BARRIER_H
 #define LOCKSTEP_BARRIER_H

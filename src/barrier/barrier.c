@@ -37,17 +37,18 @@ lockstep_barrier_params_t lockstep_barrier_params_default(void)
 
 static lockstep_barrier_kind_t resolve_auto(unsigned n, int need_gather)
 {
-    /* Measured by `lockstep bench threads` on 2 CPUs: when participants outnumber
-     * CPUs, one futex wake on one word releases everybody at once, while a tree or
-     * dissemination wakes in rounds, each needing a time slice. When they fit,
-     * dissemination is the fastest full barrier (2 threads: 240-280 ns against
-     * 300-360 for the counter), but it has no primary to gather for a pool's join;
-     * then the counter is used up to 8 participants and the tree beyond. */
-    if (n > (unsigned)lockstep_cpus_available())
+    /* Measured by `lockstep bench threads` on 2 CPUs, interleaved:
+     * - participants outnumber CPUs: one futex wake on one word releases everybody at
+     *   once, where a tree or dissemination wakes in rounds that each need a slice;
+     * - 2 participants: the counter beats dissemination both alone (279-323 ns against
+     *   317-349) and between graph nodes, where arrivals are staggered (912 against
+     *   1026 ns/node, medians of 12): the last arriver under dissemination must also
+     *   fetch its own flag from the other core;
+     * - beyond 8, one counter line becomes the bottleneck: dissemination for full
+     *   barriers, the combining tree where a primary must gather. */
+    if (n <= 8 || n > (unsigned)lockstep_cpus_available())
         return LOCKSTEP_BARRIER_CENTRAL;
-    if (!need_gather)
-        return LOCKSTEP_BARRIER_DISSEM;
-    return n <= 8 ? LOCKSTEP_BARRIER_CENTRAL : LOCKSTEP_BARRIER_TREE;
+    return need_gather ? LOCKSTEP_BARRIER_TREE : LOCKSTEP_BARRIER_DISSEM;
 }
 
 static int valid_args(lockstep_barrier_kind_t kind, unsigned n, unsigned *fanin)

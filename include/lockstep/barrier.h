@@ -114,6 +114,12 @@ int lockstep_barrier_arrive(lockstep_barrier_t *b, unsigned tid);
  * same tid. Returns 0, or -EINVAL. */
 int lockstep_barrier_wait(lockstep_barrier_t *b, unsigned tid);
 
+/* lockstep_barrier_wait with a deadline (absolute CLOCK_MONOTONIC ns, 0 = none).
+ * Returns -ETIMEDOUT when it passes; calling it again for the same episode resumes
+ * the wait (every algorithm's wait is idempotent), which is how a caller interleaves
+ * waiting with its own checks, e.g. whether a peer process is still alive. */
+int lockstep_barrier_wait_until(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
+
 /* Both phases. Returns 0 or -EINVAL. */
 int lockstep_barrier_arrive_and_wait(lockstep_barrier_t *b, unsigned tid);
 

@@ -147,18 +147,22 @@ int lockstep_barrier_arrive(lockstep_barrier_t *b, unsigned tid)
     return 0;
 }
 
-int lockstep_barrier_wait(lockstep_barrier_t *b, unsigned tid)
+int lockstep_barrier_wait_until(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
 {
     if (!check(b, tid))
         return -EINVAL;
     switch (b->cfg.kind) {
-    case LOCKSTEP_BARRIER_CENTRAL: ls_central_wait(b, tid); break;
-    case LOCKSTEP_BARRIER_FLAT: ls_flat_wait(b, tid); break;
-    case LOCKSTEP_BARRIER_TREE: ls_tree_wait(b, tid); break;
-    case LOCKSTEP_BARRIER_DISSEM: ls_dissem_wait(b, tid); break;
+    case LOCKSTEP_BARRIER_CENTRAL: return ls_central_wait(b, tid, deadline_ns);
+    case LOCKSTEP_BARRIER_FLAT: return ls_flat_wait(b, tid, deadline_ns);
+    case LOCKSTEP_BARRIER_TREE: return ls_tree_wait(b, tid, deadline_ns);
+    case LOCKSTEP_BARRIER_DISSEM: return ls_dissem_wait(b, tid, deadline_ns);
     default: return -EINVAL;
     }
-    return 0;
+}
+
+int lockstep_barrier_wait(lockstep_barrier_t *b, unsigned tid)
+{
+    return lockstep_barrier_wait_until(b, tid, 0);
 }
 
 int lockstep_barrier_arrive_and_wait(lockstep_barrier_t *b, unsigned tid)

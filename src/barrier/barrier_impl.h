@@ -45,21 +45,21 @@ static inline ls_node_t *ls_node(lockstep_barrier_t *b, uint32_t i)
 
 /* Per-algorithm entry points; arguments are already validated. */
 void ls_central_arrive(lockstep_barrier_t *b, unsigned tid);
-void ls_central_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_central_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_central_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 
 void ls_flat_arrive(lockstep_barrier_t *b, unsigned tid);
-void ls_flat_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_flat_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_flat_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 
 void ls_tree_arrive(lockstep_barrier_t *b, unsigned tid);
-void ls_tree_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_tree_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_tree_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 /* Number of nodes for n participants at this fan-in; fills nodes/slots when b != NULL. */
 uint32_t ls_tree_build(lockstep_barrier_t *b, unsigned n, unsigned fanin);
 
 void ls_dissem_arrive(lockstep_barrier_t *b, unsigned tid);
-void ls_dissem_wait(lockstep_barrier_t *b, unsigned tid);
+int ls_dissem_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 unsigned ls_dissem_rounds(unsigned n);
 
 #endif

@@ -25,15 +25,20 @@ void ls_dissem_arrive(lockstep_barrier_t *b, unsigned tid)
         lockstep_wait_publish(&b->cfg.wait, ls_dissem_flag(b, (tid + 1) % b->cfg.n, 0), ep);
 }
 
-void ls_dissem_wait(lockstep_barrier_t *b, unsigned tid)
+int ls_dissem_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
 {
+    /* resumable: rounds already passed are passed again at once, and re-sending a
+     * round's signal stores the same episode number */
     uint32_t ep = ls_slot(b, tid)->ep, n = b->cfg.n;
     for (unsigned k = 0; k < b->cfg.rounds; k++) {
-        lockstep_wait_until(&b->cfg.wait, ls_dissem_flag(b, tid, k), ep, 0);
+        int rc = lockstep_wait_until(&b->cfg.wait, ls_dissem_flag(b, tid, k), ep, deadline_ns);
+        if (rc)
+            return rc;
         LS_PERTURB();
         if (k + 1 < b->cfg.rounds) {
             unsigned to = (unsigned)(((uint64_t)tid + (1ull << (k + 1))) % n);
             lockstep_wait_publish(&b->cfg.wait, ls_dissem_flag(b, to, k + 1), ep);
         }
     }
+    return 0;
 }

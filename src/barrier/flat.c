@@ -25,16 +25,17 @@ static int gather_flags(lockstep_barrier_t *b, uint32_t ep, uint64_t deadline_ns
     return 0;
 }
 
-void ls_flat_wait(lockstep_barrier_t *b, unsigned tid)
+int ls_flat_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
 {
     uint32_t ep = ls_slot(b, tid)->ep;
-    if (tid == 0) {
-        gather_flags(b, ep, 0);
-        LS_PERTURB();
-        lockstep_wait_publish(&b->cfg.wait, &b->release.gen, ep);
-    } else {
-        lockstep_wait_until(&b->cfg.wait, &b->release.gen, ep, 0);
-    }
+    if (tid != 0)
+        return lockstep_wait_until(&b->cfg.wait, &b->release.gen, ep, deadline_ns);
+    int rc = gather_flags(b, ep, deadline_ns);
+    if (rc)
+        return rc;
+    LS_PERTURB();
+    lockstep_wait_publish(&b->cfg.wait, &b->release.gen, ep);
+    return 0;
 }
 
 int ls_flat_gather(lockstep_barrier_t *b, uint64_t deadline_ns)

@@ -75,9 +75,9 @@ void ls_tree_arrive(lockstep_barrier_t *b, unsigned tid)
     }
 }
 
-void ls_tree_wait(lockstep_barrier_t *b, unsigned tid)
+int ls_tree_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
 {
-    lockstep_wait_until(&b->cfg.wait, &b->release.gen, ls_slot(b, tid)->ep, 0);
+    return lockstep_wait_until(&b->cfg.wait, &b->release.gen, ls_slot(b, tid)->ep, deadline_ns);
 }
 
 int ls_tree_gather(lockstep_barrier_t *b, uint64_t deadline_ns)

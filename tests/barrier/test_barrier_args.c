@@ -80,6 +80,21 @@ int main(void)
     }
     p = lockstep_barrier_params_default();
 
+    /* wait_until: times out while participant 1 is absent, and resumes once it comes */
+    for (int k = LOCKSTEP_BARRIER_CENTRAL; k <= LOCKSTEP_BARRIER_DISSEM; k++) {
+        p = lockstep_barrier_params_default();
+        p.kind = (lockstep_barrier_kind_t)k;
+        CHECK_EQ(lockstep_barrier_init(b, sizeof mem, 2, &p), 0);
+        CHECK_EQ(lockstep_barrier_arrive(b, 0), 0);
+        CHECK_EQ(lockstep_barrier_wait_until(b, 0, lockstep_now_ns() + 10 * 1000 * 1000), -ETIMEDOUT);
+        CHECK_EQ(lockstep_barrier_wait_until(b, 0, lockstep_now_ns() + 1000 * 1000), -ETIMEDOUT);
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, arrive_one, b), 0);
+        CHECK_EQ(lockstep_barrier_wait_until(b, 0, 0), 0);
+        pthread_join(t, NULL);
+        CHECK_EQ(lockstep_barrier_wait_until(b, 5, 0), -EINVAL);
+    }
+
     /* destroyed barrier */
     lockstep_barrier_destroy(b);
     CHECK_EQ(lockstep_barrier_arrive(b, 0), -EINVAL);

@@ -37,5 +37,6 @@ const char *lockstep_version(void);
 #include "lockstep/wait.h"
 #include "lockstep/barrier.h"
 #include "lockstep/pool.h"
+#include "lockstep/comm.h"
 
 #endif

@@ -1,0 +1,128 @@
+/* lockstep/comm.h — collectives between processes on one node, through shared memory.
+ *
+ * A communicator joins `size` processes (ranks) of one job. Rank 0 creates a POSIX
+ * shared-memory segment named after the job; the others map it; the segment is
+ * unlinked as soon as every rank has mapped it, so nothing is left in /dev/shm however
+ * the job ends afterwards. The segment holds no pointers, only offsets.
+ *
+ * Every collective call is numbered. Each rank announces (call kind, op, dtype, count,
+ * root) before touching peers' data and checks every peer's announcement; if any
+ * disagree the call fails on every rank with -LOCKSTEP_EMISMATCH, never with mixed-up
+ * data. Every wait has a deadline (params.timeout_ms) and, between short slices,
+ * checks that peers are alive: a rank that died makes the call fail on the others with
+ * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT. After any
+ * such failure the communicator is broken on every rank (later calls return the same
+ * error); free it and create a new one.
+ *
+ * Reductions run in rank order on every rank (or, for large messages, once per
+ * element range by one rank in rank order and then copied), so every rank gets a
+ * bit-identical result. f16 and bf16 are accumulated in f32 and rounded once.
+ *
+ * Threading: one thread at a time may call into a communicator. */
+#ifndef LOCKSTEP_COMM_H
+#define LOCKSTEP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "lockstep/wait.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lockstep_comm lockstep_comm_t;
+
+typedef enum lockstep_dtype {
+    LOCKSTEP_F32 = 0,
+    LOCKSTEP_F16 = 1,
+    LOCKSTEP_BF16 = 2,
+    LOCKSTEP_I32 = 3
+} lockstep_dtype_t;
+
+typedef enum lockstep_op {
+    LOCKSTEP_SUM = 0,
+    LOCKSTEP_MAX = 1,
+    LOCKSTEP_MIN = 2
+} lockstep_op_t;
+
+/* The order in which a rank visits its peers in broadcast and allgather. */
+typedef enum lockstep_order {
+    LOCKSTEP_ORDER_LINEAR = 0,   /* 0, 1, ..., N-1 */
+    LOCKSTEP_ORDER_ROTATED = 1,  /* r+1, r+2, ... wrapping ("pass up") */
+    LOCKSTEP_ORDER_RANDOM = 2,   /* a per-call shuffle */
+    LOCKSTEP_ORDER_TOPOLOGY = 3  /* nearest first: SMT siblings, same L3, same NUMA node */
+} lockstep_order_t;
+
+typedef enum lockstep_xfer {
+    LOCKSTEP_PULL = 0, /* each receiver copies from the sender's slot */
+    LOCKSTEP_PUSH = 1  /* the sender writes into each receiver's slot */
+} lockstep_xfer_t;
+
+#define LOCKSTEP_COMM_MAX_RANKS 256
+#define LOCKSTEP_COMM_JOB_MAX 200
+
+typedef struct lockstep_comm_params {
+    char job[LOCKSTEP_COMM_JOB_MAX + 1]; /* names the segment; same on every rank, unique per job */
+    int rank;
+    int size;
+    uint32_t timeout_ms;                 /* deadline of every wait; 0 = none; default 60000 */
+    lockstep_wait_policy_t wait_policy;
+    size_t small_bytes;                  /* per-rank announce slot (x2): the small-message limit */
+    size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages */
+} lockstep_comm_params_t;
+
+/* job "", rank 0, size 1, timeout 60 s, default policy, small 64 KiB, chunk 1 MiB. */
+lockstep_comm_params_t lockstep_comm_params_default(void);
+
+/* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and
+ * LOCAL_WORLD_SIZE (job from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID when
+ * set), else OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (job from
+ * OMPI_MCA_orte_ess_jobid or PMIX_NAMESPACE), else LOCKSTEP_RANK / LOCKSTEP_SIZE /
+ * LOCKSTEP_JOB. Returns 0, or -ENOENT when no set is present, -EINVAL when one is
+ * malformed (the message names the variable in errno-less form: see
+ * lockstep_comm_env_error). */
+int lockstep_comm_params_from_env(lockstep_comm_params_t *p);
+
+/* The variable lockstep_comm_params_from_env last found malformed or missing ("" if
+ * none); for error messages. Thread-unsafe, like getenv. */
+const char *lockstep_comm_env_error(void);
+
+/* Join the job: every rank calls this with the same job and size. Blocks until all
+ * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
+ * (bad params), ETIMEDOUT (peers did not come), EEXIST (a live job already uses the
+ * name), ENOMEM, or the shm_open/mmap errno. */
+lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *params);
+
+/* Leave: unmap. NULL is a no-op. */
+void lockstep_comm_free(lockstep_comm_t *comm);
+
+int lockstep_comm_rank(const lockstep_comm_t *comm);
+int lockstep_comm_size(const lockstep_comm_t *comm);
+
+/* Bytes per element of dtype, or 0 if unknown. */
+size_t lockstep_dtype_size(lockstep_dtype_t dtype);
+
+/* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
+ * the buffers must not overlap. count == 0 still synchronises the call numbering.
+ * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
+ * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT. */
+int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
+                            lockstep_dtype_t dtype, lockstep_op_t op);
+
+/* Copy root's buf (bytes) into every other rank's buf. */
+int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int root,
+                            lockstep_order_t order, lockstep_xfer_t xfer);
+
+/* recv[r * bytes .. (r+1) * bytes) = rank r's send, on every rank. recv holds
+ * size * bytes; send may be recv + rank * bytes (in place). */
+int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
+                            lockstep_order_t order, lockstep_xfer_t xfer);
+
+/* Barrier across the ranks, with the same deadline and liveness checks. */
+int lockstep_comm_barrier(lockstep_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

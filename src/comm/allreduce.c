@@ -1,0 +1,80 @@
+/* Allreduce.
+ *
+ * Small (count * size <= small_bytes): copy in to small[s & 1], announce (the
+ * announcement publishes the payload), then reduce every rank's slot, in rank order,
+ * straight into recv. One synchronisation per call; no closing barrier, because a
+ * slot is only rewritten two calls later (see comm_impl.h).
+ *
+ * Large: announce, then per chunk of chunk_bytes, double-buffered:
+ *   1. copy my chunk into chunk[me][j & 1]; step (all chunks are in);
+ *   2. reduce-scatter: reduce my 1/N of the chunk over all ranks, in rank order, into
+ *      recv, and copy it back over my slot's part; step (all parts are reduced);
+ *   3. allgather: copy every other rank's reduced part into recv.
+ * Each element is reduced once, by one rank, in rank order, so all ranks hold the same
+ * bits. */
+#include <errno.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+static int overlap(const void *a, const void *b, size_t n)
+{
+    const char *x = a, *y = b;
+    return n && x < y + n && y < x + n;
+}
+
+int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
+                            lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    size_t es = lockstep_dtype_size(dtype);
+    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
+        count > SIZE_MAX / es)
+        return -EINVAL;
+    size_t bytes = count * es;
+    if (send != recv && overlap(send, recv, bytes))
+        return -EINVAL;
+    int N = c->size, me = c->rank, rc;
+    const void *in[LOCKSTEP_COMM_MAX_RANKS];
+
+    if (bytes <= c->hdr->small_bytes) {
+        unsigned b = (c->seq + 1) & 1;
+        if (bytes)
+            memcpy(ls_small(c, me, b), send, bytes);
+        rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
+        if (rc)
+            return rc;
+        for (int k = 0; k < N; k++)
+            in[k] = ls_small(c, k, b);
+        ls_reduce(dtype, op, recv, in, N, count);
+        return 0;
+    }
+
+    rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
+    if (rc)
+        return rc;
+    uint64_t deadline = ls_comm_deadline(c);
+    size_t per_chunk = c->hdr->chunk_bytes / es;
+    const char *src = send;
+    char *dst = recv;
+    unsigned j = 0;
+    for (size_t off = 0; off < count; off += per_chunk, j++) {
+        size_t n = count - off < per_chunk ? count - off : per_chunk;
+        unsigned b = j & 1;
+        memcpy(ls_chunk(c, me, b), src + off * es, n * es);
+        if ((rc = ls_comm_step(c, deadline)) != 0)
+            return rc;
+        size_t lo = n * (size_t)me / (size_t)N, hi = n * (size_t)(me + 1) / (size_t)N;
+        for (int k = 0; k < N; k++)
+            in[k] = ls_chunk(c, k, b) + lo * es;
+        ls_reduce(dtype, op, dst + (off + lo) * es, in, N, hi - lo);
+        memcpy(ls_chunk(c, me, b) + lo * es, dst + (off + lo) * es, (hi - lo) * es);
+        if ((rc = ls_comm_step(c, deadline)) != 0)
+            return rc;
+        for (int i = 1; i < N; i++) {
+            int k = (me + i) % N; /* rotated: ranks start on different peers */
+            size_t klo = n * (size_t)k / (size_t)N, khi = n * (size_t)(k + 1) / (size_t)N;
+            memcpy(dst + (off + klo) * es, ls_chunk(c, k, b) + klo * es, (khi - klo) * es);
+        }
+    }
+    return 0;
+}

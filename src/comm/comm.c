@@ -1,0 +1,609 @@
+/* Communicator lifecycle (rendezvous through POSIX shared memory), liveness and
+ * deadline checks, and the announce/verify step every collective begins with.
+ *
+ * Rendezvous:
+ *   1. rank 0 creates /lockstep-<job> exclusively (replacing a stale one whose creator
+ *      is dead), sizes it, lays it out, and publishes hdr.magic last;
+ *   2. the others open it (retrying until it exists, is sized and has magic) and check
+ *      that its layout matches their params;
+ *   3. everybody records its pid, adds itself to state.joined and waits until all
+ *      `size` ranks have joined;
+ *   4. everybody unlinks the name (all but the first get ENOENT). From here on the
+ *      segment lives only in our mappings, so a crash of any rank leaks nothing.
+ * On any failure before 4 the rank unlinks the name too. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+
+#define SLICE_NS (10ull * 1000 * 1000) /* liveness is checked this often while waiting */
+
+
+lockstep_comm_params_t lockstep_comm_params_default(void)
+{
+    lockstep_comm_params_t p;
+    memset(&p, 0, sizeof p);
+    p.rank = 0;
+    p.size = 1;
+    p.timeout_ms = 60000;
+    p.wait_policy = LOCKSTEP_WAIT_DEFAULT;
+    p.small_bytes = 64 * 1024;
+    p.chunk_bytes = 1024 * 1024;
+    return p;
+}
+
+size_t lockstep_dtype_size(lockstep_dtype_t dtype)
+{
+    switch (dtype) {
+    case LOCKSTEP_F32: case LOCKSTEP_I32: return 4;
+    case LOCKSTEP_F16: case LOCKSTEP_BF16: return 2;
+    default: return 0;
+    }
+}
+
+int lockstep_comm_rank(const lockstep_comm_t *c) { return c ? c->rank : -EINVAL; }
+int lockstep_comm_size(const lockstep_comm_t *c) { return c ? c->size : -EINVAL; }
+
+/* ---- environment ------------------------------------------------------------------ */
+
+static char env_error[64];
+
+const char *lockstep_comm_env_error(void) { return env_error; }
+
+/* A non-negative decimal integer from the environment: 1 found, 0 absent, -EINVAL bad. */
+static int env_int(const char *name, int *out)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < 0 || v > 1 << 20) {
+        snprintf(env_error, sizeof env_error, "%s", name);
+        return -EINVAL;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static void job_append(char *job, const char *part)
+{
+    size_t n = strlen(job);
+    for (const char *p = part; *p && n < LOCKSTEP_COMM_JOB_MAX; p++)
+        job[n++] = (isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_') ? *p : '_';
+    job[n] = 0;
+}
+
+int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
+{
+    if (!p)
+        return -EINVAL;
+    env_error[0] = 0;
+    static const struct { const char *rank, *size, *alt_rank, *alt_size; } sets[] = {
+        {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, NULL},
+        {"LOCKSTEP_RANK", "LOCKSTEP_SIZE", NULL, NULL},
+    };
+    for (unsigned i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        int rank = 0, size = 0;
+        int hr = env_int(sets[i].rank, &rank), hs = env_int(sets[i].size, &size);
+        if (hr < 0 || hs < 0)
+            return -EINVAL;
+        if (hr == 0 && sets[i].alt_rank) { /* torchrun without LOCAL_*: one node assumed */
+            hr = env_int(sets[i].alt_rank, &rank);
+            hs = env_int(sets[i].alt_size, &size);
+            if (hr < 0 || hs < 0)
+                return -EINVAL;
+        }
+        if (hr == 0 && hs == 0)
+            continue;
+        if (hr == 0 || hs == 0) {
+            snprintf(env_error, sizeof env_error, "%s", hr == 0 ? sets[i].rank : sets[i].size);
+            return -EINVAL;
+        }
+        if (size < 1 || rank >= size || size > LOCKSTEP_COMM_MAX_RANKS) {
+            snprintf(env_error, sizeof env_error, "%s", sets[i].size);
+            return -EINVAL;
+        }
+        p->rank = rank;
+        p->size = size;
+        p->job[0] = 0;
+        if (i == 0) {
+            const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+            const char *run = getenv("TORCHELASTIC_RUN_ID");
+            job_append(p->job, "torch-");
+            job_append(p->job, addr ? addr : "local");
+            job_append(p->job, "-");
+            job_append(p->job, port ? port : "0");
+            if (run) {
+                job_append(p->job, "-");
+                job_append(p->job, run);
+            }
+        } else if (i == 1) {
+            const char *id = getenv("OMPI_MCA_orte_ess_jobid");
+            if (!id)
+                id = getenv("PMIX_NAMESPACE");
+            job_append(p->job, "ompi-");
+            job_append(p->job, id ? id : "job");
+        } else {
+            const char *job = getenv("LOCKSTEP_JOB");
+            job_append(p->job, job && *job ? job : "default");
+        }
+        return 0;
+    }
+    snprintf(env_error, sizeof env_error, "LOCAL_RANK");
+    return -ENOENT;
+}
+
+/* ---- liveness, deadlines, failure --------------------------------------------------- */
+
+/* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
+static int pid_alive(pid_t pid)
+{
+    if (pid <= 0)
+        return 1; /* not yet recorded: cannot judge */
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno != ENOENT;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')');
+    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+uint64_t ls_comm_deadline(const lockstep_comm_t *c)
+{
+    return c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
+}
+
+int ls_comm_failed(lockstep_comm_t *c)
+{
+    uint32_t f = __atomic_load_n(&c->state->failed, __ATOMIC_ACQUIRE);
+    return f ? -(int)f : 0;
+}
+
+int ls_comm_fail(lockstep_comm_t *c, int code)
+{
+    uint32_t none = 0;
+    __atomic_compare_exchange_n(&c->state->failed, &none, (uint32_t)code, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return ls_comm_failed(c); /* the first failure wins on every rank */
+}
+
+/* Wait for ww to reach target, in slices; between slices: has the communicator failed,
+ * is `peer` (or, with peer < 0, any rank) still alive, has the deadline passed. */
+int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
+                      uint64_t deadline)
+{
+    for (;;) {
+        uint64_t now = lockstep_now_ns(), until = now + SLICE_NS;
+        if (deadline && until > deadline)
+            until = deadline;
+        if (lockstep_wait_until(&c->wait, ww, target, until) == 0)
+            return 0;
+        int rc = ls_comm_failed(c);
+        if (rc)
+            return rc;
+        for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
+            if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->pid, __ATOMIC_ACQUIRE)))
+                return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
+        if (deadline && lockstep_now_ns() >= deadline)
+            return ls_comm_fail(c, ETIMEDOUT);
+    }
+}
+
+/* ---- announce / verify / step ---------------------------------------------------------- */
+
+int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lockstep_dtype_t dt,
+                     int root, uint64_t count, int wait_all)
+{
+    int rc = ls_comm_failed(c);
+    if (rc)
+        return rc;
+    uint32_t s = ++c->seq;
+    ls_ctl_t *me = ls_ctl(c, c->rank);
+    ls_desc_t *d = &me->desc[s & 1];
+    d->seq = s;
+    d->call = (uint32_t)call;
+    d->op = (uint32_t)op;
+    d->dtype = (uint32_t)dt;
+    d->root = root;
+    d->count = count;
+    /* release: the descriptor (and any payload already in small[s & 1]) before seq */
+    lockstep_wait_publish(&c->wait, &me->seq, s);
+    if (!wait_all)
+        return 0;
+    uint64_t deadline = ls_comm_deadline(c);
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank)
+            continue;
+        rc = ls_comm_wait_word(c, r, &ls_ctl(c, r)->seq, s, deadline);
+        if (rc)
+            return rc;
+    }
+    return ls_comm_verify(c);
+}
+
+int ls_comm_verify(lockstep_comm_t *c)
+{
+    unsigned b = c->seq & 1;
+    const ls_desc_t *mine = &ls_ctl(c, c->rank)->desc[b];
+    for (int r = 0; r < c->size; r++) {
+        const ls_desc_t *d = &ls_ctl(c, r)->desc[b];
+        if (d->seq != mine->seq || d->call != mine->call || d->op != mine->op ||
+            d->dtype != mine->dtype || d->root != mine->root || d->count != mine->count)
+            return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
+    }
+    return 0;
+}
+
+int ls_comm_step(lockstep_comm_t *c, uint64_t deadline)
+{
+    uint32_t t = ++c->step;
+    lockstep_wait_publish(&c->wait, &ls_ctl(c, c->rank)->step, t);
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank)
+            continue;
+        int rc = ls_comm_wait_word(c, r, &ls_ctl(c, r)->step, t, deadline);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out)
+{
+    int n = 0, N = c->size, me = c->rank;
+    switch (order) {
+    case LOCKSTEP_ORDER_TOPOLOGY:
+        memcpy(out, c->topo, sizeof(int) * (size_t)(N - 1));
+        return;
+    case LOCKSTEP_ORDER_LINEAR:
+        for (int r = 0; r < N; r++)
+            if (r != me)
+                out[n++] = r;
+        return;
+    case LOCKSTEP_ORDER_ROTATED:
+    case LOCKSTEP_ORDER_RANDOM:
+        for (int k = 1; k < N; k++)
+            out[n++] = (me + k) % N;
+        if (order == LOCKSTEP_ORDER_RANDOM)
+            for (int i = n - 1; i > 0; i--) { /* Fisher-Yates with xorshift64 */
+                c->rng ^= c->rng << 13;
+                c->rng ^= c->rng >> 7;
+                c->rng ^= c->rng << 17;
+                int j = (int)(c->rng % (uint64_t)(i + 1)), t = out[i];
+                out[i] = out[j];
+                out[j] = t;
+            }
+        return;
+    }
+}
+
+/* ---- topology: peers nearest first ---------------------------------------------------- */
+
+/* Does the cpulist file (e.g. "0-3,8") name cpu? -1 when unreadable. */
+static int cpulist_has(const char *path, int cpu)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    for (char *p = buf; *p;) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (end == p)
+            break;
+        if (*end == '-')
+            hi = strtol(end + 1, &end, 10);
+        if (cpu >= lo && cpu <= hi)
+            return 1;
+        p = *end == ',' ? end + 1 : end;
+        if (*p == '\n')
+            break;
+    }
+    return 0;
+}
+
+static int cpu_distance(int a, int b)
+{
+    if (a < 0 || b < 0)
+        return 4;
+    if (a == b)
+        return 0;
+    char path[128];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", a);
+    if (cpulist_has(path, b) == 1)
+        return 1;
+    for (int idx = 0; idx < 8; idx++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/level", a, idx);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        int level = 0;
+        int got = fscanf(f, "%d", &level);
+        fclose(f);
+        if (got == 1 && level == 3) {
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list", a, idx);
+            if (cpulist_has(path, b) == 1)
+                return 2;
+        }
+    }
+    for (int node = 0; node < 64; node++) {
+        snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+        int ha = cpulist_has(path, a);
+        if (ha < 0)
+            break;
+        if (ha == 1)
+            return cpulist_has(path, b) == 1 ? 3 : 4;
+    }
+    return 4;
+}
+
+static void compute_topology(lockstep_comm_t *c)
+{
+    int mycpu = ls_ctl(c, c->rank)->cpu, n = 0, dist[LOCKSTEP_COMM_MAX_RANKS];
+    for (int k = 1; k < c->size; k++) { /* rotated order breaks ties */
+        int r = (c->rank + k) % c->size;
+        dist[n] = cpu_distance(mycpu, ls_ctl(c, r)->cpu);
+        c->topo[n++] = r;
+    }
+    for (int i = 1; i < n; i++) /* stable insertion sort by distance */
+        for (int j = i; j > 0 && dist[j - 1] > dist[j]; j--) {
+            int t = dist[j]; dist[j] = dist[j - 1]; dist[j - 1] = t;
+            t = c->topo[j]; c->topo[j] = c->topo[j - 1]; c->topo[j - 1] = t;
+        }
+}
+
+/* ---- create / free ---------------------------------------------------------------------- */
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static void shm_name(char *out, size_t cap, const char *job)
+{
+    snprintf(out, cap, "/lockstep-%s", job);
+    for (char *p = out + 1; *p; p++)
+        if (*p == '/')
+            *p = '_';
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Rank 0: create the segment exclusively, replacing a stale one. Returns the fd or -errno. */
+static int create_segment(const char *name, size_t total)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0) {
+            if (ftruncate(fd, (off_t)total) != 0) {
+                int e = errno;
+                close(fd);
+                shm_unlink(name);
+                return -e;
+            }
+            return fd;
+        }
+        if (errno != EEXIST)
+            return -errno;
+        /* someone's segment: stale if its creator is dead (or never finished) */
+        int old = shm_open(name, O_RDWR, 0600);
+        if (old < 0)
+            continue;
+        struct stat st;
+        int stale = 1;
+        if (fstat(old, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
+            ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, old, 0);
+            if (h != MAP_FAILED) {
+                stale = !pid_alive(h->creator_pid);
+                munmap(h, sizeof *h);
+            }
+        }
+        close(old);
+        if (!stale)
+            return -EEXIST;
+        shm_unlink(name);
+    }
+    return -EEXIST;
+}
+
+lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
+{
+    int err = EINVAL;
+    if (!p || p->size < 1 || p->size > LOCKSTEP_COMM_MAX_RANKS || p->rank < 0 ||
+        p->rank >= p->size || !p->job[0] || memchr(p->job, 0, sizeof p->job) == NULL ||
+        p->small_bytes < 256 || p->small_bytes % 64 || p->chunk_bytes < 4096 || p->chunk_bytes % 64 ||
+        p->small_bytes > ((size_t)1 << 30) || p->chunk_bytes > ((size_t)1 << 30)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    lockstep_comm_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    c->rank = p->rank;
+    c->size = p->size;
+    c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
+    c->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)(p->rank + 1) * 0xbf58476d1ce4e5b9ull);
+    int rc = lockstep_wait_init(&c->wait, p->wait_policy, (unsigned)p->size, 1);
+    if (rc) {
+        free(c);
+        errno = -rc;
+        return NULL;
+    }
+
+    /* layout */
+    ls_seg_hdr_t want;
+    memset(&want, 0, sizeof want);
+    want.size = (uint32_t)p->size;
+    want.small_bytes = p->small_bytes;
+    want.chunk_bytes = p->chunk_bytes;
+    size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_CENTRAL, (unsigned)p->size, 0);
+    want.off_barrier = 2 * LS_LINE;
+    want.off_ctl = align_up(want.off_barrier + bsize, LS_LINE);
+    want.off_data = align_up(want.off_ctl + (size_t)p->size * LS_LINE, 4096);
+    want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes, 4096);
+    want.total = want.off_data + (size_t)p->size * want.data_stride;
+
+    char name[LOCKSTEP_COMM_JOB_MAX + 16];
+    shm_name(name, sizeof name, p->job);
+    uint64_t deadline = c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
+    int fd = -1;
+    if (p->rank == 0) {
+        fd = create_segment(name, want.total);
+        if (fd < 0) {
+            err = -fd;
+            goto fail;
+        }
+    } else {
+        for (;;) {
+            fd = shm_open(name, O_RDWR, 0600);
+            if (fd >= 0) {
+                struct stat st;
+                int ready = 0, differs = 0;
+                if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
+                    ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+                    if (h != MAP_FAILED) {
+                        /* only a finished header from a live creator counts */
+                        if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
+                            pid_alive(h->creator_pid)) {
+                            differs = h->size != want.size || h->small_bytes != want.small_bytes ||
+                                      h->chunk_bytes != want.chunk_bytes || h->total != want.total;
+                            ready = !differs && (size_t)st.st_size >= want.total;
+                        }
+                        munmap(h, sizeof *h);
+                    }
+                }
+                if (ready)
+                    break;
+                close(fd);
+                fd = -1;
+                if (differs) { /* rank 0 was created with a different size or slots */
+                    err = LOCKSTEP_EMISMATCH;
+                    goto fail;
+                }
+            } else if (errno != ENOENT) {
+                err = errno;
+                goto fail;
+            }
+            if (deadline && lockstep_now_ns() >= deadline) {
+                err = ETIMEDOUT;
+                goto fail;
+            }
+            sleep_ms(1);
+        }
+    }
+    c->total = want.total;
+    c->base = mmap(NULL, want.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (c->base == MAP_FAILED) {
+        c->base = NULL;
+        err = errno;
+        goto fail_unlink;
+    }
+    c->hdr = (ls_seg_hdr_t *)c->base;
+    c->state = (ls_seg_state_t *)(c->base + LS_LINE);
+    c->barrier = (lockstep_barrier_t *)(c->base + want.off_barrier);
+    if (p->rank == 0) {
+        memcpy(c->hdr, &want, sizeof want);
+        c->hdr->creator_pid = (int32_t)getpid();
+        lockstep_barrier_params_t bp = lockstep_barrier_params_default();
+        bp.kind = LOCKSTEP_BARRIER_CENTRAL;
+        bp.process_shared = 1;
+        bp.wait_policy = p->wait_policy;
+        rc = lockstep_barrier_init(c->barrier, bsize, (unsigned)p->size, &bp);
+        if (rc) {
+            err = -rc;
+            goto fail_unlink;
+        }
+        __atomic_store_n(&c->hdr->magic, LS_COMM_MAGIC, __ATOMIC_RELEASE); /* step 1 done */
+    }
+
+    ls_ctl_t *me = ls_ctl(c, c->rank);
+    me->cpu = sched_getcpu();
+    __atomic_store_n(&me->pid, (int32_t)getpid(), __ATOMIC_RELEASE);
+    __atomic_fetch_add(&c->state->joined.value, 1u, __ATOMIC_SEQ_CST);
+    lockstep_wait_wake(&c->wait, &c->state->joined);
+    rc = ls_comm_wait_word(c, -1, &c->state->joined, (uint32_t)c->size, deadline);
+    if (rc) {
+        err = -rc;
+        goto fail_unlink;
+    }
+    shm_unlink(name); /* step 4: the name is gone, the mappings stay */
+    compute_topology(c);
+    return c;
+
+fail_unlink:
+    shm_unlink(name);
+fail:
+    if (c->base)
+        munmap(c->base, c->total);
+    free(c);
+    errno = err;
+    return NULL;
+}
+
+void lockstep_comm_free(lockstep_comm_t *c)
+{
+    if (!c)
+        return;
+    munmap(c->base, c->total);
+    free(c);
+}
+
+int lockstep_comm_barrier(lockstep_comm_t *c)
+{
+    if (!c)
+        return -EINVAL;
+    /* announce without waiting, so a peer in a different call sees the mismatch; then
+     * the thread layer's barrier, waited in slices with the same liveness checks */
+    int rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);
+    if (rc)
+        return rc;
+    unsigned tid = (unsigned)c->rank;
+    rc = lockstep_barrier_arrive(c->barrier, tid);
+    uint64_t deadline = ls_comm_deadline(c);
+    while (rc == 0) {
+        uint64_t until = lockstep_now_ns() + SLICE_NS;
+        if (deadline && until > deadline)
+            until = deadline;
+        rc = lockstep_barrier_wait_until(c->barrier, tid, until);
+        if (rc != -ETIMEDOUT)
+            break;
+        if ((rc = ls_comm_failed(c)) != 0)
+            return rc;
+        for (int r = 0; r < c->size; r++)
+            if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->pid, __ATOMIC_ACQUIRE)))
+                return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
+        if (deadline && lockstep_now_ns() >= deadline)
+            return ls_comm_fail(c, ETIMEDOUT);
+        rc = 0;
+    }
+    if (rc)
+        return rc;
+    return ls_comm_verify(c); /* everyone has announced by now */
+}

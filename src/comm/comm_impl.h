@@ -1,0 +1,105 @@
+/* The shared segment of a communicator and the helpers the collectives share.
+ *
+ *   [hdr: one line, written by rank 0 before magic]
+ *   [state: one line: joined counter, failure code]
+ *   [barrier: lockstep_barrier_t, CENTRAL, process-shared, `size` participants]
+ *   [ctl[r]: one line per rank: pid, cpu, announce word, step word, two descriptors]
+ *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
+ *
+ * Call protocol (see comm.c): a call numbered s writes its descriptor into desc[s & 1],
+ * publishes ctl.seq = s, waits for every rank's seq to reach s and compares their
+ * descriptors with its own. Small payloads travel in small[s & 1] with the
+ * announcement itself; a rank can only reuse small[s & 1] at call s + 2, by which time
+ * every rank has announced s + 1 and so finished reading call s. Large payloads go
+ * through chunk[j & 1] in steps: every rank publishes ctl.step = t and waits for all
+ * ranks to reach t before reading what they wrote before it. */
+#ifndef LOCKSTEP_COMM_IMPL_H
+#define LOCKSTEP_COMM_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lockstep/lockstep.h"
+#include "lockstep/comm.h"
+#include "../internal.h"
+
+#define LS_COMM_MAGIC 0x6c73636du /* "lscm" */
+#define LS_LINE LOCKSTEP_CACHELINE
+
+enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER };
+
+typedef struct ls_seg_hdr {
+    uint32_t magic, size;
+    int32_t creator_pid;
+    uint32_t reserved;
+    uint64_t small_bytes, chunk_bytes, data_stride;
+    uint64_t off_barrier, off_ctl, off_data, total;
+} ls_seg_hdr_t;
+
+typedef struct ls_seg_state {
+    lockstep_waitword_t joined; /* ranks that have mapped the segment */
+    uint32_t failed;            /* first failure (positive code), 0 while healthy */
+} ls_seg_state_t;
+
+typedef struct ls_desc {
+    uint32_t seq, call, op, dtype;
+    int32_t root, reserved;
+    uint64_t count;
+} ls_desc_t;
+
+typedef struct ls_ctl {
+    int32_t pid, cpu;
+    lockstep_waitword_t seq;  /* last call announced */
+    lockstep_waitword_t step; /* last data step finished */
+    ls_desc_t desc[2];
+} ls_ctl_t;
+
+struct lockstep_comm {
+    char *base;
+    size_t total;
+    int rank, size;
+    uint32_t seq, step;
+    uint64_t timeout_ns;
+    lockstep_wait_t wait;
+    ls_seg_hdr_t *hdr;
+    ls_seg_state_t *state;
+    lockstep_barrier_t *barrier;
+    int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
+    uint64_t rng;                      /* ORDER_RANDOM */
+};
+
+static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
+{
+    return (ls_ctl_t *)(c->base + c->hdr->off_ctl + (size_t)r * LS_LINE);
+}
+
+static inline char *ls_small(const lockstep_comm_t *c, int r, unsigned b)
+{
+    return c->base + c->hdr->off_data + (size_t)r * c->hdr->data_stride + b * c->hdr->small_bytes;
+}
+
+static inline char *ls_chunk(const lockstep_comm_t *c, int r, unsigned b)
+{
+    return ls_small(c, r, 2) + b * c->hdr->chunk_bytes;
+}
+
+/* comm.c */
+uint64_t ls_comm_deadline(const lockstep_comm_t *c);
+int ls_comm_failed(lockstep_comm_t *c);
+int ls_comm_fail(lockstep_comm_t *c, int code);
+int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target, uint64_t deadline);
+int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lockstep_dtype_t dt,
+                     int root, uint64_t count, int wait_all);
+int ls_comm_verify(lockstep_comm_t *c);
+int ls_comm_step(lockstep_comm_t *c, uint64_t deadline);
+void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
+
+/* reduce.c */
+void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t count);
+float ls_f16_to_f32(uint16_t h);
+uint16_t ls_f32_to_f16(float f);
+float ls_bf16_to_f32(uint16_t h);
+uint16_t ls_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,130 @@
+/* Broadcast and allgather, with a choice of peer order and of who copies:
+ *   PULL — the data stays in its owner's slot and each receiver copies it out;
+ *   PUSH — the owner writes it into every receiver's own slot, in the given order,
+ *          and receivers copy from their own slot.
+ * Small payloads travel with the announcement (small[s & 1]); large ones in chunks
+ * through chunk[j & 1], one step per chunk: a chunk slot is rewritten two chunks later,
+ * after every rank has passed the step that follows its reads. */
+#include <errno.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
+{
+    return (unsigned)order > LOCKSTEP_ORDER_TOPOLOGY || (unsigned)xfer > LOCKSTEP_PUSH;
+}
+
+int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root,
+                            lockstep_order_t order, lockstep_xfer_t xfer)
+{
+    if (!c || (bytes && !buf) || root < 0 || root >= c->size || bad_order(order, xfer))
+        return -EINVAL;
+    int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
+    ls_comm_order(c, order, peers);
+    int np = c->size - 1;
+
+    if (bytes <= c->hdr->small_bytes) {
+        unsigned b = (c->seq + 1) & 1;
+        if (me == root && bytes) {
+            if (xfer == LOCKSTEP_PULL)
+                memcpy(ls_small(c, me, b), buf, bytes);
+            else
+                for (int i = 0; i < np; i++)
+                    memcpy(ls_small(c, peers[i], b), buf, bytes);
+        }
+        rc = ls_comm_announce(c, LS_CALL_BROADCAST, 0, 0, root, bytes, 1);
+        if (rc == 0 && me != root && bytes)
+            memcpy(buf, ls_small(c, xfer == LOCKSTEP_PULL ? root : me, b), bytes);
+        return rc;
+    }
+
+    rc = ls_comm_announce(c, LS_CALL_BROADCAST, 0, 0, root, bytes, 1);
+    if (rc)
+        return rc;
+    uint64_t deadline = ls_comm_deadline(c);
+    size_t cb = c->hdr->chunk_bytes;
+    char *p = buf;
+    unsigned j = 0;
+    for (size_t off = 0; off < bytes; off += cb, j++) {
+        size_t n = bytes - off < cb ? bytes - off : cb;
+        unsigned b = j & 1;
+        if (me == root) {
+            if (xfer == LOCKSTEP_PULL)
+                memcpy(ls_chunk(c, me, b), p + off, n);
+            else
+                for (int i = 0; i < np; i++)
+                    memcpy(ls_chunk(c, peers[i], b), p + off, n);
+        }
+        if ((rc = ls_comm_step(c, deadline)) != 0)
+            return rc;
+        if (me != root)
+            memcpy(p + off, ls_chunk(c, xfer == LOCKSTEP_PULL ? root : me, b), n);
+    }
+    return 0;
+}
+
+int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes,
+                            lockstep_order_t order, lockstep_xfer_t xfer)
+{
+    if (!c || (bytes && (!send || !recv)) || bad_order(order, xfer) ||
+        bytes > SIZE_MAX / (size_t)c->size)
+        return -EINVAL;
+    int N = c->size, me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
+    char *out = recv, *mine = out + (size_t)me * bytes;
+    const char *in = send;
+    size_t total = (size_t)N * bytes;
+    if (in != mine && bytes && in < out + total && out < in + bytes)
+        return -EINVAL; /* overlapping, and not the in-place layout */
+    ls_comm_order(c, order, peers);
+    int np = N - 1;
+    size_t small = c->hdr->small_bytes;
+
+    if (xfer == LOCKSTEP_PULL ? bytes <= small : total <= small) {
+        unsigned b = (c->seq + 1) & 1;
+        if (xfer == LOCKSTEP_PULL) {
+            if (bytes)
+                memcpy(ls_small(c, me, b), in, bytes);
+        } else if (bytes) {
+            for (int i = 0; i < np; i++)
+                memcpy(ls_small(c, peers[i], b) + (size_t)me * bytes, in, bytes);
+        }
+        rc = ls_comm_announce(c, LS_CALL_ALLGATHER, 0, 0, 0, bytes, 1);
+        if (rc || !bytes)
+            return rc;
+        if (in != mine)
+            memcpy(mine, in, bytes);
+        for (int i = 0; i < np; i++) {
+            int k = peers[i];
+            const char *from = xfer == LOCKSTEP_PULL ? ls_small(c, k, b) : ls_small(c, me, b) + (size_t)k * bytes;
+            memcpy(out + (size_t)k * bytes, from, bytes);
+        }
+        return 0;
+    }
+
+    rc = ls_comm_announce(c, LS_CALL_ALLGATHER, 0, 0, 0, bytes, 1);
+    if (rc)
+        return rc;
+    uint64_t deadline = ls_comm_deadline(c);
+    size_t piece = xfer == LOCKSTEP_PULL ? c->hdr->chunk_bytes : c->hdr->chunk_bytes / (size_t)N;
+    unsigned j = 0;
+    for (size_t off = 0; off < bytes; off += piece, j++) {
+        size_t q = bytes - off < piece ? bytes - off : piece;
+        unsigned b = j & 1;
+        if (xfer == LOCKSTEP_PULL)
+            memcpy(ls_chunk(c, me, b), in + off, q);
+        else
+            for (int i = 0; i < np; i++)
+                memcpy(ls_chunk(c, peers[i], b) + (size_t)me * q, in + off, q);
+        if ((rc = ls_comm_step(c, deadline)) != 0)
+            return rc;
+        if (in != mine)
+            memcpy(mine + off, in + off, q);
+        for (int i = 0; i < np; i++) {
+            int k = peers[i];
+            const char *from = xfer == LOCKSTEP_PULL ? ls_chunk(c, k, b) : ls_chunk(c, me, b) + (size_t)k * q;
+            memcpy(out + (size_t)k * bytes + off, from, q);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,217 @@
+/* Allreduce (every op x dtype, sizes 0 .. 64 MiB, in place and out of place),
+ * broadcast and allgather (every order, push and pull, small and chunked) and barrier,
+ * at N ranks given on the command line: results equal a reference computed here in
+ * rank order, and are bit-identical on every rank. */
+#include "comm_harness.h"
+
+static uint64_t rng_state;
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+
+/* Inputs depend only on (rank, case, element): every rank can compute everyone's. */
+static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigned cs)
+{
+    rng_state = 0x1234567ull + (uint64_t)rank * 0x9e3779b97f4a7c15ull + cs * 7919ull;
+    for (size_t i = 0; i < count; i++) {
+        float f = ((float)(rnd() % 2000000) / 250000.0f) - 4.0f; /* non-round values */
+        switch (dt) {
+        case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
+        case LOCKSTEP_I32: ((int32_t *)buf)[i] = (int32_t)rnd(); break;
+        case LOCKSTEP_F16: { _Float16 h = (_Float16)f; memcpy((uint16_t *)buf + i, &h, 2); break; }
+        case LOCKSTEP_BF16: { uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+        }
+    }
+}
+
+static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
+{
+    uint16_t h = ((const uint16_t *)buf)[i];
+    if (dt == LOCKSTEP_F16) {
+        _Float16 x;
+        memcpy(&x, &h, 2);
+        return (float)x;
+    }
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t narrow(lockstep_dtype_t dt, float f)
+{
+    if (dt == LOCKSTEP_F16) {
+        _Float16 x = (_Float16)f;
+        uint16_t h;
+        memcpy(&h, &x, 2);
+        return h;
+    }
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; inputs are finite */
+    return (uint16_t)(u >> 16);
+}
+
+static float combine_f(lockstep_op_t op, float acc, float v)
+{
+    return op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+}
+
+static int32_t combine_i(lockstep_op_t op, int32_t acc, int32_t v)
+{
+    return op == LOCKSTEP_SUM ? (int32_t)((uint32_t)acc + (uint32_t)v) : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+}
+
+/* ref = op over ranks, in rank order, f16/bf16 accumulated in f32 */
+static void reference(void *ref, lockstep_dtype_t dt, lockstep_op_t op, size_t count, int size, unsigned cs)
+{
+    size_t es = lockstep_dtype_size(dt);
+    void *tmp = malloc(count * es + 1);
+    float *acc = malloc(count * sizeof(float) + 1);
+    CHECK(tmp && acc);
+    for (int r = 0; r < size; r++) {
+        fill(tmp, dt, count, r, cs);
+        for (size_t i = 0; i < count; i++) {
+            if (dt == LOCKSTEP_I32) {
+                int32_t v = ((int32_t *)tmp)[i];
+                ((int32_t *)ref)[i] = r ? combine_i(op, ((int32_t *)ref)[i], v) : v;
+            } else {
+                float v = dt == LOCKSTEP_F32 ? ((float *)tmp)[i] : widen(dt, tmp, i);
+                acc[i] = r ? combine_f(op, acc[i], v) : v;
+            }
+        }
+    }
+    for (size_t i = 0; i < count && dt != LOCKSTEP_I32; i++) {
+        if (dt == LOCKSTEP_F32)
+            ((float *)ref)[i] = acc[i];
+        else
+            ((uint16_t *)ref)[i] = narrow(dt, acc[i]);
+    }
+    free(tmp);
+    free(acc);
+}
+
+static int check_equal(const char *what, const void *got, const void *want, size_t bytes, int rank)
+{
+    if (memcmp(got, want, bytes) == 0)
+        return 0;
+    const unsigned char *g = got, *w = want;
+    size_t i = 0;
+    while (g[i] == w[i])
+        i++;
+    fprintf(stderr, "rank %d: %s differs from the reference at byte %zu of %zu\n", rank, what, i, bytes);
+    return 1;
+}
+
+static int body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    if (!c)
+        return 1;
+    CHECK_EQ(lockstep_comm_rank(c), rank);
+    CHECK_EQ(lockstep_comm_size(c), size);
+    struct shared_page *page = harness_page();
+    int bad = 0, di = 0;
+    unsigned cs = 0;
+    /* 16387 f32 = just over the 64 KiB small slot; 300007 = chunked, odd; 16 Mi = 64 MiB */
+    static const size_t counts[] = {0, 1, 7, 1000, 16383, 16387, 300007};
+    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
+        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+            for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++) {
+                size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt);
+                char *send = malloc(count * es + 1), *recv = malloc(count * es + 1), *ref = malloc(count * es + 1);
+                CHECK(send && recv && ref);
+                fill(send, (lockstep_dtype_t)dt, count, rank, cs);
+                reference(ref, (lockstep_dtype_t)dt, (lockstep_op_t)op, count, size, cs);
+                int in_place = ci & 1;
+                int rc = in_place ? lockstep_comm_allreduce(c, send, send, count, dt, op)
+                                  : lockstep_comm_allreduce(c, send, recv, count, dt, op);
+                if (rc) {
+                    fprintf(stderr, "rank %d: allreduce dt=%d op=%d n=%zu: %s\n", rank, dt, op, count, lockstep_strerror(rc));
+                    return 1;
+                }
+                const char *got = in_place ? send : recv;
+                bad |= check_equal("allreduce", got, ref, count * es, rank);
+                page->digest[rank][di++ % 64] ^= digest(got, count * es);
+                free(send);
+                free(recv);
+                free(ref);
+            }
+    if (size <= 4) { /* one 64 MiB f32 sum (16 Mi elements); bounded for oversubscribed runs */
+        size_t count = (size_t)16 << 20;
+        float *buf = malloc(count * 4), *ref = malloc(count * 4);
+        CHECK(buf && ref);
+        fill(buf, LOCKSTEP_F32, count, rank, 999);
+        reference(ref, LOCKSTEP_F32, LOCKSTEP_SUM, count, size, 999);
+        CHECK_EQ(lockstep_comm_allreduce(c, buf, buf, count, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+        bad |= check_equal("64 MiB allreduce", buf, ref, count * 4, rank);
+        page->digest[rank][63] = digest(buf, count * 4);
+        free(buf);
+        free(ref);
+    }
+
+    /* broadcast and allgather: every order, push and pull, small and chunked */
+    static const size_t sizes[] = {0, 1, 13, 65536, 65537, 2621441};
+    for (int order = 0; order <= LOCKSTEP_ORDER_TOPOLOGY; order++)
+        for (int xfer = 0; xfer <= LOCKSTEP_PUSH; xfer++)
+            for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                size_t n = sizes[si];
+                int root = (int)(si + (unsigned)order) % size;
+                unsigned char *buf = malloc(n + 1), *want = malloc(n + 1);
+                CHECK(buf && want);
+                for (size_t i = 0; i < n; i++)
+                    want[i] = (unsigned char)(i * 31 + si * 7 + (size_t)order);
+                if (rank == root)
+                    memcpy(buf, want, n);
+                else
+                    memset(buf, 0xee, n);
+                CHECK_EQ(lockstep_comm_broadcast(c, buf, n, root, order, xfer), 0);
+                bad |= check_equal("broadcast", buf, want, n, rank);
+
+                unsigned char *all = malloc((size_t)size * n + 1), *mine = malloc(n + 1);
+                CHECK(all && mine);
+                for (size_t i = 0; i < n; i++)
+                    mine[i] = (unsigned char)(i * 13 + (size_t)rank * 101 + si);
+                memset(all, 0xcd, (size_t)size * n);
+                int in_place = si & 1;
+                if (in_place)
+                    memcpy(all + (size_t)rank * n, mine, n);
+                CHECK_EQ(lockstep_comm_allgather(c, in_place ? all + (size_t)rank * n : mine, all, n, order, xfer), 0);
+                for (int r = 0; r < size; r++)
+                    for (size_t i = 0; i < n; i++)
+                        if (all[(size_t)r * n + i] != (unsigned char)(i * 13 + (size_t)r * 101 + si)) {
+                            fprintf(stderr, "rank %d: allgather order=%d xfer=%d n=%zu: block %d byte %zu wrong\n",
+                                    rank, order, xfer, n, r, i);
+                            return 1;
+                        }
+                free(all);
+                free(mine);
+                free(buf);
+                free(want);
+            }
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lockstep_comm_barrier(c), 0);
+    lockstep_comm_free(c);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int size = argc > 1 ? atoi(argv[1]) : 2;
+    CHECK(size >= 1 && size <= MAX_TEST_RANKS);
+    watchdog(900);
+    char job[96];
+    harness_job(job, sizeof job, "coll");
+    CHECK_EQ(harness_run(body, size, job, 850, 0), 0);
+    struct shared_page *page = harness_page();
+    for (int r = 1; r < size; r++)
+        for (int i = 0; i < 64; i++)
+            if (page->digest[r][i] != page->digest[0][i]) {
+                fprintf(stderr, "rank %d's results differ from rank 0's (digest %d)\n", r, i);
+                return 1;
+            }
+    CHECK_EQ(shm_entries_with(job), 0);
+    return 0;
+}

@@ -1,0 +1,314 @@
+/* Failure semantics of the process communicator, each a subtest named on the command
+ * line: a rank SIGKILLed in the middle of a call makes the others fail with
+ * -LOCKSTEP_EPEERDIED (not -ETIMEDOUT: noticed before the deadline); a late rank makes
+ * them time out; mismatched calls fail on every rank; bad arguments and bad rendezvous
+ * give their codes; nothing is left in /dev/shm. */
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "comm_harness.h"
+
+/* ---- peer death ------------------------------------------------------------------- */
+
+static size_t kill_count;
+
+static int kill_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 20000);
+    if (!c)
+        return 1;
+    struct shared_page *page = harness_page();
+    page->value[rank][0] = getpid();
+    float *buf = calloc(kill_count, sizeof(float));
+    CHECK(buf != NULL);
+    for (int it = 0;; it++) {
+        if (rank == 0 && it == 5) /* kill rank 2 while everyone is inside calls */
+            kill((pid_t)__atomic_load_n(&page->value[2][0], __ATOMIC_ACQUIRE), SIGKILL);
+        int rc = lockstep_comm_allreduce(c, buf, buf, kill_count, LOCKSTEP_F32, LOCKSTEP_SUM);
+        if (rc == 0)
+            continue;
+        page->value[rank][1] = rc;
+        if (rc != -LOCKSTEP_EPEERDIED) {
+            fprintf(stderr, "rank %d: got %s, want peer-died\n", rank, lockstep_strerror(rc));
+            return 1;
+        }
+        /* the communicator stays broken */
+        CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EPEERDIED);
+        break;
+    }
+    lockstep_comm_free(c);
+    free(buf);
+    return 0;
+}
+
+static void test_peer_death(size_t count)
+{
+    char job[96];
+    harness_job(job, sizeof job, "kill");
+    kill_count = count;
+    CHECK_EQ(harness_run(kill_body, 3, job, 60, 1u << 2), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+}
+
+/* ---- deadline ----------------------------------------------------------------------- */
+
+static int late_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 300);
+    if (!c)
+        return 1;
+    int x = rank;
+    if (rank == 1) {
+        usleep(1200 * 1000); /* well past rank 0's deadline */
+        CHECK_EQ(lockstep_comm_allreduce(c, &x, &x, 1, LOCKSTEP_I32, LOCKSTEP_SUM), -ETIMEDOUT);
+    } else {
+        CHECK_EQ(lockstep_comm_allreduce(c, &x, &x, 1, LOCKSTEP_I32, LOCKSTEP_SUM), -ETIMEDOUT);
+    }
+    lockstep_comm_free(c);
+    return 0;
+}
+
+/* ---- mismatched calls --------------------------------------------------------------- */
+
+static int mismatch_case;
+
+static int mismatch_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 20000);
+    if (!c)
+        return 1;
+    float v[64] = {0};
+    int rc = -1;
+    int odd = rank == 1;
+    switch (mismatch_case) {
+    case 0: rc = lockstep_comm_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+    case 1: rc = lockstep_comm_allreduce(c, v, v, 8, odd ? LOCKSTEP_I32 : LOCKSTEP_F32, LOCKSTEP_SUM); break;
+    case 2: rc = lockstep_comm_allreduce(c, v, v, 8, LOCKSTEP_F32, odd ? LOCKSTEP_MAX : LOCKSTEP_SUM); break;
+    case 3: rc = lockstep_comm_broadcast(c, v, 16, odd ? 1 : 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL); break;
+    case 4: rc = odd ? lockstep_comm_barrier(c) : lockstep_comm_allreduce(c, v, v, 4, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+    case 5: rc = odd ? lockstep_comm_allgather(c, v, v + 16, 8, 0, 0) : lockstep_comm_broadcast(c, v, 8, 0, 0, 0); break;
+    case 6: /* large on one side, small on the other */
+    {
+        size_t n = odd ? 1u << 20 : 100;
+        float *big = calloc(n, sizeof(float));
+        rc = lockstep_comm_allreduce(c, big, big, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+        free(big);
+        break;
+    }
+    }
+    if (rc != -LOCKSTEP_EMISMATCH) {
+        fprintf(stderr, "case %d rank %d: got %s, want mismatch\n", mismatch_case, rank, lockstep_strerror(rc));
+        return 1;
+    }
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -LOCKSTEP_EMISMATCH);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+/* ---- bad arguments ------------------------------------------------------------------ */
+
+static int args_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 20000);
+    if (!c)
+        return 1;
+    float v[16] = {0};
+    CHECK_EQ(lockstep_comm_allreduce(NULL, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, (lockstep_op_t)5), -EINVAL);
+    CHECK_EQ(lockstep_comm_allreduce(c, NULL, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v + 1, 4, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, SIZE_MAX / 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_broadcast(c, v, 4, -1, 0, 0), -EINVAL);
+    CHECK_EQ(lockstep_comm_broadcast(c, v, 4, size, 0, 0), -EINVAL);
+    CHECK_EQ(lockstep_comm_broadcast(c, NULL, 4, 0, 0, 0), -EINVAL);
+    CHECK_EQ(lockstep_comm_broadcast(c, v, 4, 0, (lockstep_order_t)9, 0), -EINVAL);
+    CHECK_EQ(lockstep_comm_allgather(c, v, v, 4, 0, (lockstep_xfer_t)3), -EINVAL);
+    CHECK_EQ(lockstep_comm_allgather(c, v + 1, v, 8, 0, 0), -EINVAL); /* overlapping, not in place */
+    CHECK_EQ(lockstep_comm_barrier(NULL), -EINVAL);
+    CHECK_EQ(lockstep_comm_rank(NULL), -EINVAL);
+    /* none of that broke the communicator: a real call still works */
+    v[0] = 1.0f;
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+    CHECK(v[0] == (float)size);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+/* ---- rendezvous --------------------------------------------------------------------- */
+
+static int wrong_size_body(int rank, int size, const char *job)
+{
+    (void)size;
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "%s", job);
+    p.rank = rank;
+    p.size = rank == 0 ? 2 : 3; /* they disagree */
+    p.timeout_ms = 500;
+    if (rank == 1)
+        usleep(100 * 1000); /* let rank 0 create it first */
+    errno = 0;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c == NULL);
+    CHECK_EQ(errno, rank == 0 ? ETIMEDOUT : LOCKSTEP_EMISMATCH);
+    return 0;
+}
+
+static void test_rendezvous(void)
+{
+    char job[96];
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    CHECK(lockstep_comm_create(NULL) == NULL && errno == EINVAL);
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL); /* empty job */
+    snprintf(p.job, sizeof p.job, "x");
+    p.size = 0;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p.size = 2;
+    p.rank = 2;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p.rank = 0;
+    p.small_bytes = 100;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+
+    /* a rank that never comes: the others time out and the name is gone */
+    harness_job(job, sizeof job, "alone");
+    p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "%s", job);
+    p.size = 2;
+    p.timeout_ms = 200;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == ETIMEDOUT);
+    CHECK_EQ(shm_entries_with(job), 0);
+    p.rank = 1; /* a non-zero rank whose rank 0 never comes */
+    CHECK(lockstep_comm_create(&p) == NULL && errno == ETIMEDOUT);
+
+    /* ranks that disagree on the size */
+    harness_job(job, sizeof job, "size");
+    CHECK_EQ(harness_run(wrong_size_body, 2, job, 30, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+
+    /* a stale segment (creator dead) is replaced; a live one is refused */
+    harness_job(job, sizeof job, "stale");
+    char name[160];
+    snprintf(name, sizeof name, "/lockstep-%s", job);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    int32_t hdr[4] = {0x6c73636d, 1, (int32_t)dead, 0};
+    CHECK(ftruncate(fd, 4096) == 0);
+    CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
+    close(fd);
+    p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "%s", job);
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    CHECK_EQ(shm_entries_with(job), 0);
+    lockstep_comm_free(c);
+
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    hdr[2] = (int32_t)getpid(); /* alive: us */
+    CHECK(ftruncate(fd, 4096) == 0);
+    CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
+    close(fd);
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EEXIST);
+    shm_unlink(name);
+}
+
+/* ---- environment ------------------------------------------------------------------- */
+
+static void clear_env(void)
+{
+    const char *vars[] = {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
+                          "LOCKSTEP_RANK", "LOCKSTEP_SIZE", "LOCKSTEP_JOB"};
+    for (unsigned i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+}
+
+static void test_env(void)
+{
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    clear_env();
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -ENOENT);
+    CHECK_EQ(lockstep_comm_params_from_env(NULL), -EINVAL);
+
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK_EQ(p.rank, 1);
+    CHECK_EQ(p.size, 4);
+    CHECK(strcmp(p.job, "torch-127.0.0.1-29500") == 0);
+    setenv("LOCAL_RANK", "one", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_RANK") == 0);
+    setenv("LOCAL_RANK", "4", 1); /* rank >= size */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    unsetenv("LOCAL_WORLD_SIZE");
+    setenv("LOCAL_RANK", "0", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL); /* half a set */
+    CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_WORLD_SIZE") == 0);
+
+    clear_env();
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "3", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK_EQ(p.rank, 2);
+    CHECK_EQ(p.size, 3);
+
+    clear_env();
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1);
+    setenv("PMIX_NAMESPACE", "prterun-host-123@1", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK_EQ(p.rank, 3);
+    CHECK_EQ(p.size, 8);
+    CHECK(strcmp(p.job, "ompi-prterun-host-123_1") == 0);
+
+    clear_env();
+    setenv("LOCKSTEP_RANK", "0", 1);
+    setenv("LOCKSTEP_SIZE", "2", 1);
+    setenv("LOCKSTEP_JOB", "myjob", 1);
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK(strcmp(p.job, "myjob") == 0);
+    clear_env();
+}
+
+int main(int argc, char **argv)
+{
+    watchdog(300);
+    const char *t = argc > 1 ? argv[1] : "";
+    char job[96];
+    if (strcmp(t, "peer_death") == 0) {
+        test_peer_death(1000);        /* small messages */
+        test_peer_death(1u << 21);    /* 8 MiB: killed between chunk steps */
+    } else if (strcmp(t, "timeout") == 0) {
+        harness_job(job, sizeof job, "late");
+        CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
+        CHECK_EQ(shm_entries_with(job), 0);
+    } else if (strcmp(t, "mismatch") == 0) {
+        for (mismatch_case = 0; mismatch_case <= 6; mismatch_case++) {
+            harness_job(job, sizeof job, "mismatch");
+            if (harness_run(mismatch_body, 2, job, 60, 0) != 0) {
+                fprintf(stderr, "mismatch case %d failed\n", mismatch_case);
+                return 1;
+            }
+        }
+    } else if (strcmp(t, "args") == 0) {
+        harness_job(job, sizeof job, "args");
+        CHECK_EQ(harness_run(args_body, 2, job, 60, 0), 0);
+    } else if (strcmp(t, "rendezvous") == 0) {
+        test_rendezvous();
+    } else if (strcmp(t, "env") == 0) {
+        test_env();
+    } else {
+        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env\n", argv[0]);
+        return 1;
+    }
+    return 0;
+}

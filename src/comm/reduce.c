@@ -7,56 +7,87 @@
  * the vector max/min instructions do, so vector bodies and scalar tails agree.
  *
  * ISA dispatch: the f32/i32 loops are plain C that vectorises without -ffast-math
- * (no reduction across elements), compiled three times by target_clones (AVX-512,
- * AVX2, baseline) and chosen by the loader for this CPU. The f16 conversions use F16C
- * when __builtin_cpu_supports says so, else an exact scalar path. */
+ * (no reduction across elements), compiled three times (AVX-512, AVX2, baseline) and
+ * picked once per process by __builtin_cpu_supports. The f16 conversions use F16C
+ * when available, else an exact scalar path. */
 #include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#define LS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LS_CLONES
 #endif
 
 #include "comm_impl.h"
 
 /* ---- f32 / i32 combine: acc = acc op v ------------------------------------------- */
 
-LS_CLONES static void f32_combine(float *restrict acc, const float *restrict v, size_t n, lockstep_op_t op)
-{
-    switch (op) {
-    case LOCKSTEP_SUM:
-        for (size_t i = 0; i < n; i++)
-            acc[i] = acc[i] + v[i];
-        break;
-    case LOCKSTEP_MAX:
-        for (size_t i = 0; i < n; i++)
-            acc[i] = v[i] > acc[i] ? v[i] : acc[i];
-        break;
-    case LOCKSTEP_MIN:
-        for (size_t i = 0; i < n; i++)
-            acc[i] = v[i] < acc[i] ? v[i] : acc[i];
-        break;
+/* One body, compiled once per ISA by the target attribute; the loops vectorise
+ * because each element is independent (no reduction across i, so no -ffast-math). */
+#define LS_COMBINE_BODIES(suffix, attr)                                                          \
+    attr static void f32_combine_##suffix(float *restrict acc, const float *restrict v, size_t n, \
+                                          lockstep_op_t op)                                       \
+    {                                                                                            \
+        if (op == LOCKSTEP_SUM)                                                                  \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = acc[i] + v[i];                                                          \
+        else if (op == LOCKSTEP_MAX)                                                             \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = v[i] > acc[i] ? v[i] : acc[i];                                          \
+        else                                                                                     \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = v[i] < acc[i] ? v[i] : acc[i];                                          \
+    }                                                                                            \
+    attr static void i32_combine_##suffix(int32_t *restrict acc, const int32_t *restrict v,       \
+                                          size_t n, lockstep_op_t op)                             \
+    {                                                                                            \
+        if (op == LOCKSTEP_SUM) /* wrap-around, as the hardware does; no UB */                   \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)v[i]);                           \
+        else if (op == LOCKSTEP_MAX)                                                             \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = v[i] > acc[i] ? v[i] : acc[i];                                          \
+        else                                                                                     \
+            for (size_t i = 0; i < n; i++)                                                       \
+                acc[i] = v[i] < acc[i] ? v[i] : acc[i];                                          \
     }
-}
 
-LS_CLONES static void i32_combine(int32_t *restrict acc, const int32_t *restrict v, size_t n, lockstep_op_t op)
+LS_COMBINE_BODIES(base, )
+#if defined(__x86_64__)
+LS_COMBINE_BODIES(avx2, __attribute__((target("avx2"))))
+LS_COMBINE_BODIES(avx512, __attribute__((target("avx512f"))))
+#endif
+
+typedef void (*f32_combine_fn)(float *restrict, const float *restrict, size_t, lockstep_op_t);
+typedef void (*i32_combine_fn)(int32_t *restrict, const int32_t *restrict, size_t, lockstep_op_t);
+
+struct kernels {
+    f32_combine_fn f32;
+    i32_combine_fn i32;
+    int f16c;
+};
+
+/* Chosen once per process from what this CPU supports (a plain function pointer rather
+ * than an ifunc, which would run before sanitizer runtimes are ready). */
+static const struct kernels *kernels(void)
 {
-    switch (op) {
-    case LOCKSTEP_SUM: /* wrap-around, as two's complement hardware does; no UB */
-        for (size_t i = 0; i < n; i++)
-            acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)v[i]);
-        break;
-    case LOCKSTEP_MAX:
-        for (size_t i = 0; i < n; i++)
-            acc[i] = v[i] > acc[i] ? v[i] : acc[i];
-        break;
-    case LOCKSTEP_MIN:
-        for (size_t i = 0; i < n; i++)
-            acc[i] = v[i] < acc[i] ? v[i] : acc[i];
-        break;
+    static struct kernels k;
+    static int ready; /* benign race: every thread computes the same table */
+    if (__atomic_load_n(&ready, __ATOMIC_ACQUIRE))
+        return &k;
+    struct kernels t = {f32_combine_base, i32_combine_base, 0};
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        t.f32 = f32_combine_avx512;
+        t.i32 = i32_combine_avx512;
+    } else if (__builtin_cpu_supports("avx2")) {
+        t.f32 = f32_combine_avx2;
+        t.i32 = i32_combine_avx2;
     }
+    t.f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+#endif
+    k = t;
+    __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    return &k;
 }
 
 /* ---- half-precision conversions -------------------------------------------------- */
@@ -147,24 +178,13 @@ __attribute__((target("avx2,f16c"))) static void f16_narrow_f16c(uint16_t *out, 
         out[i] = ls_f32_to_f16(in[i]);
 }
 
-static int have_f16c(void)
-{
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
 #endif
 
 static void widen(lockstep_dtype_t dt, float *out, const uint16_t *in, size_t n)
 {
     if (dt == LOCKSTEP_F16) {
 #if defined(__x86_64__)
-        if (have_f16c()) {
+        if (kernels()->f16c) {
             f16_widen_f16c(out, in, n);
             return;
         }
@@ -181,7 +201,7 @@ static void narrow(lockstep_dtype_t dt, uint16_t *out, const float *in, size_t n
 {
     if (dt == LOCKSTEP_F16) {
 #if defined(__x86_64__)
-        if (have_f16c()) {
+        if (kernels()->f16c) {
             f16_narrow_f16c(out, in, n);
             return;
         }
@@ -206,11 +226,12 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *con
     if (dt == LOCKSTEP_F32 || dt == LOCKSTEP_I32) {
         if (out != in[0])
             memmove(out, in[0], count * 4);
+        const struct kernels *kt = kernels();
         for (int k = 1; k < nin; k++) {
             if (dt == LOCKSTEP_F32)
-                f32_combine(out, in[k], count, op);
+                kt->f32(out, in[k], count, op);
             else
-                i32_combine(out, in[k], count, op);
+                kt->i32(out, in[k], count, op);
         }
         return;
     }
@@ -220,7 +241,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *con
         widen(dt, acc, (const uint16_t *)in[0] + off, n);
         for (int k = 1; k < nin; k++) {
             widen(dt, tmp, (const uint16_t *)in[k] + off, n);
-            f32_combine(acc, tmp, n, op);
+            kernels()->f32(acc, tmp, n, op);
         }
         narrow(dt, (uint16_t *)out + off, acc, n);
     }

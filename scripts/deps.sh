@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the build, the tests and the benchmarks need, when it is missing.
 #   scripts/deps.sh test   — compilers, CMake, Ninja (sanitizer runtimes come with gcc)
-#   scripts/deps.sh bench  — plus clang + LLVM libomp (OpenMP baseline) and matplotlib
+#   scripts/deps.sh bench  — plus clang + LLVM libomp (OpenMP baseline), OpenMPI (the
+#                            collectives' baseline) and matplotlib
 set -euo pipefail
 what=${1:-test}
 
@@ -14,6 +15,7 @@ if [ "$what" = bench ]; then
   if ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libomp.so* >/dev/null 2>&1; then
     need_apt+=(libomp-dev)
   fi
+  command -v mpicc >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "deps: installing ${need_apt[*]} from Debian" >&2

@@ -71,7 +71,8 @@ typedef struct lockstep_comm_params {
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages */
 } lockstep_comm_params_t;
 
-/* job "", rank 0, size 1, timeout 60 s, default policy, small 64 KiB, chunk 1 MiB. */
+/* job "", rank 0, size 1, timeout 60 s, default policy, small 16 KiB (the measured
+ * switch point, see comm.c), chunk 1 MiB. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and

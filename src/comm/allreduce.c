@@ -1,8 +1,8 @@
 /* Allreduce.
  *
- * Small (count * size <= small_bytes): copy in to small[s & 1], announce (the
- * announcement publishes the payload), then reduce every rank's slot, in rank order,
- * straight into recv. One synchronisation per call; no closing barrier, because a
+ * Small (count * size <= small_bytes): copy in to small[s & 1] (up to 104 bytes: into
+ * the announcement itself), announce (which publishes the payload), then reduce every
+ * rank's copy, in rank order, straight into recv. One synchronisation per call; no closing barrier, because a
  * slot is only rewritten two calls later (see comm_impl.h).
  *
  * Large: announce, then per chunk of chunk_bytes, double-buffered:
@@ -38,13 +38,14 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
 
     if (bytes <= c->hdr->small_bytes) {
         unsigned b = (c->seq + 1) & 1;
+        int tiny = bytes <= LS_INLINE_BYTES; /* the payload rides in the announcement */
         if (bytes)
-            memcpy(ls_small(c, me, b), send, bytes);
+            memcpy(tiny ? ls_ctl(c, me)->ann[b].data : (unsigned char *)ls_small(c, me, b), send, bytes);
         rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
         if (rc)
             return rc;
         for (int k = 0; k < N; k++)
-            in[k] = ls_small(c, k, b);
+            in[k] = tiny ? (const void *)ls_ctl(c, k)->ann[b].data : (const void *)ls_small(c, k, b);
         ls_reduce(dtype, op, recv, in, N, count);
         return 0;
     }

@@ -3,14 +3,14 @@
  *   [hdr: one line, written by rank 0 before magic]
  *   [state: one line: joined counter, failure code]
  *   [barrier: lockstep_barrier_t, CENTRAL, process-shared, `size` participants]
- *   [ctl[r]: one line per rank: pid, cpu, announce word, step word, two descriptors]
+ *   [ctl[r]: three lines per rank: pid, cpu, step word | announcement 0 | announcement 1]
  *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
  *
- * Call protocol (see comm.c): a call numbered s writes its descriptor into desc[s & 1],
- * publishes ctl.seq = s, waits for every rank's seq to reach s and compares their
- * descriptors with its own. Small payloads travel in small[s & 1] with the
- * announcement itself; a rank can only reuse small[s & 1] at call s + 2, by which time
- * every rank has announced s + 1 and so finished reading call s. Large payloads go
+ * Call protocol (see comm.c): a call numbered s writes its descriptor into ann[s & 1],
+ * publishes ann[s & 1].seq = s, waits for every rank's ann[s & 1].seq to reach s and
+ * compares their descriptors with its own. Tiny payloads ride in the announcement
+ * (ann.data), small ones in small[s & 1]; a rank can only reuse either at call s + 2,
+ * by which time every rank has announced s + 1 and so finished reading call s. Large payloads go
  * through chunk[j & 1] in steps: every rank publishes ctl.step = t and waits for all
  * ranks to reach t before reading what they wrote before it. */
 #ifndef LOCKSTEP_COMM_IMPL_H
@@ -42,17 +42,31 @@ typedef struct ls_seg_state {
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
 } ls_seg_state_t;
 
+/* What a call announces; compared across ranks field by field. */
 typedef struct ls_desc {
-    uint32_t seq, call, op, dtype;
-    int32_t root, reserved;
+    uint8_t call, op, dtype, reserved;
+    int32_t root;
     uint64_t count;
 } ls_desc_t;
 
+#define LS_INLINE_BYTES (LS_LINE - sizeof(lockstep_waitword_t) - sizeof(ls_desc_t))
+
+/* One announcement buffer: the sequence number a rank waits on, the descriptor and, for
+ * payloads up to LS_INLINE_BYTES, the payload itself, so that the transfer that shows
+ * a peer's arrival also brings its call and its data. */
+typedef struct ls_announce {
+    lockstep_waitword_t seq;
+    ls_desc_t desc;
+    unsigned char data[LS_INLINE_BYTES];
+} ls_announce_t;
+
 typedef struct ls_ctl {
-    int32_t pid, cpu;
-    lockstep_waitword_t seq;  /* last call announced */
-    lockstep_waitword_t step; /* last data step finished */
-    ls_desc_t desc[2];
+    struct {
+        int32_t pid, cpu;
+        lockstep_waitword_t step; /* last data step finished */
+        char pad[LS_LINE - 8 - sizeof(lockstep_waitword_t)];
+    } own;
+    ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
 
 struct lockstep_comm {
@@ -71,7 +85,7 @@ struct lockstep_comm {
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
 {
-    return (ls_ctl_t *)(c->base + c->hdr->off_ctl + (size_t)r * LS_LINE);
+    return (ls_ctl_t *)(c->base + c->hdr->off_ctl + (size_t)r * sizeof(ls_ctl_t));
 }
 
 static inline char *ls_small(const lockstep_comm_t *c, int r, unsigned b)

@@ -1,0 +1,186 @@
+/* lockstep's collectives against OpenMPI's, in the same processes, interleaved.
+ * Launched by `lockstep bench comm` as: mpirun -n N bench_comm [quick]
+ * Rank 0 prints JSON rows {"workload", "impl", "param" (bytes), "unit": "us", "reps"}.
+ *   allreduce_<N>r            — f32 sum, lockstep (auto switch) vs MPI_Allreduce
+ *   allreduce_small_<N>r / allreduce_large_<N>r — lockstep forced to one path (the
+ *                                switch point is where these cross)
+ *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
+ *                                MPI_Allgather
+ * Each sample is the mean of a timed batch started together (MPI_Barrier); batches
+ * of every implementation alternate, so drift on a shared machine hits all alike. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockstep/lockstep.h"
+
+#define REPS 7
+#define MAXIMPL 16
+
+static double now_us(void) { return (double)lockstep_now_ns() / 1000.0; }
+
+typedef int (*call_fn)(void *ctx, int impl);
+
+struct ctx {
+    lockstep_comm_t *ls[3]; /* auto, small-only, large-only */
+    float *a, *b;
+    size_t bytes;
+    int order, xfer, root;
+};
+
+/* One batch of iters calls of impl; returns us per call as seen by rank 0. */
+static double batch(call_fn fn, struct ctx *c, int impl, int iters)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        if (fn(c, impl) != 0) {
+            fprintf(stderr, "call failed (impl %d, %zu bytes)\n", impl, c->bytes);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    double t = (now_us() - t0) / iters, worst = 0;
+    MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); /* the slowest rank */
+    return worst;
+}
+
+static int iters_for(size_t bytes)
+{
+    if (bytes <= 65536)
+        return 400;
+    if (bytes <= (1u << 20))
+        return 60;
+    return 8;
+}
+
+static int do_allreduce(void *p, int impl)
+{
+    struct ctx *c = p;
+    size_t n = c->bytes / 4;
+    if (impl == 0)
+        return MPI_Allreduce(MPI_IN_PLACE, c->a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+}
+
+static int do_bcast(void *p, int impl)
+{
+    struct ctx *c = p;
+    if (impl == 0)
+        return MPI_Bcast(c->a, (int)c->bytes, MPI_BYTE, c->root, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    impl -= 1;
+    return lockstep_comm_broadcast(c->ls[0], c->a, c->bytes, c->root, impl / 2, impl % 2);
+}
+
+static int do_allgather(void *p, int impl)
+{
+    struct ctx *c = p;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (impl == 0)
+        return MPI_Allgather(c->a, (int)c->bytes, MPI_BYTE, c->b, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    impl -= 1;
+    return lockstep_comm_allgather(c->ls[0], c->a, c->b, c->bytes, impl / 2, impl % 2);
+}
+
+static void emit(int rank, const char *workload, const char *impl, size_t bytes, const double *r, int n)
+{
+    if (rank != 0)
+        return;
+    printf("{\"workload\": \"%s\", \"impl\": \"%s\", \"param\": %zu, \"unit\": \"us\", \"reps\": [", workload, impl, bytes);
+    for (int i = 0; i < n; i++)
+        printf("%s%.4g", i ? ", " : "", r[i]);
+    printf("]}\n");
+    fflush(stdout);
+}
+
+static void run(int rank, const char *workload, call_fn fn, struct ctx *c, const char *const *names, int nimpl)
+{
+    double r[MAXIMPL][REPS];
+    int it = iters_for(c->bytes);
+    for (int i = 0; i < nimpl; i++)
+        batch(fn, c, i, it / 4 + 1); /* warm up every path */
+    for (int rep = 0; rep < REPS; rep++)
+        for (int i = 0; i < nimpl; i++)
+            r[i][rep] = batch(fn, c, i, it);
+    for (int i = 0; i < nimpl; i++)
+        emit(rank, workload, names[i], c->bytes, r[i], REPS);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    size_t max_bytes = quick ? (1u << 20) : (16u << 20);
+
+    struct ctx c;
+    memset(&c, 0, sizeof c);
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    int rc = lockstep_comm_params_from_env(&p);
+    if (rc) {
+        fprintf(stderr, "bench_comm: cannot read the launcher's variables (%s): %s\n",
+                lockstep_comm_env_error(), lockstep_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    const char *suffix[3] = {"", "-small", "-large"};
+    char base[sizeof p.job];
+    memcpy(base, p.job, sizeof base);
+    for (int k = 0; k < 3; k++) {
+        lockstep_comm_params_t q = p;
+        snprintf(q.job, sizeof q.job, "%.150s-bench%s", base, suffix[k]);
+        if (k == 1)
+            q.small_bytes = max_bytes + 4096; /* everything on the small path (chunk: 1 MiB) */
+        if (k == 2)
+            q.small_bytes = 256;              /* everything but tiny on the large path */
+        c.ls[k] = lockstep_comm_create(&q);
+        if (!c.ls[k]) {
+            fprintf(stderr, "bench_comm rank %d: lockstep_comm_create: %s\n", rank, lockstep_strerror(-errno));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
+    c.b = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
+    memset(c.a, 0, max_bytes * (size_t)size);
+    memset(c.b, 0, max_bytes * (size_t)size);
+
+    char w[64];
+    static const char *const ar_names[] = {"openmpi", "lockstep", "lockstep-small", "lockstep-large"};
+    for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
+        c.bytes = bytes;
+        snprintf(w, sizeof w, "allreduce_%dr", size);
+        double r[MAXIMPL][REPS];
+        int it = iters_for(bytes);
+        int nimpl = 4;
+        for (int i = 0; i < nimpl; i++)
+            batch(do_allreduce, &c, i, it / 4 + 1);
+        for (int rep = 0; rep < REPS; rep++)
+            for (int i = 0; i < nimpl; i++)
+                r[i][rep] = batch(do_allreduce, &c, i, it);
+        emit(rank, w, "openmpi", bytes, r[0], REPS);
+        emit(rank, w, "lockstep", bytes, r[1], REPS);
+        snprintf(w, sizeof w, "allreduce_paths_%dr", size);
+        for (int i = 2; i < nimpl; i++)
+            emit(rank, w, ar_names[i], bytes, r[i], REPS);
+    }
+
+    static const char *const x_names[] = {"openmpi", "linear-pull", "linear-push", "rotated-pull", "rotated-push",
+                                          "random-pull", "random-push", "topology-pull", "topology-push"};
+    for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
+        c.bytes = bytes;
+        c.root = 0;
+        snprintf(w, sizeof w, "bcast_%dr", size);
+        run(rank, w, do_bcast, &c, x_names, 9);
+        snprintf(w, sizeof w, "allgather_%dr", size);
+        run(rank, w, do_allgather, &c, x_names, 9);
+    }
+    for (int k = 0; k < 3; k++)
+        lockstep_comm_free(c.ls[k]);
+    free(c.a);
+    free(c.b);
+    MPI_Finalize();
+    return 0;
+}

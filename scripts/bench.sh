@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh bench
 cmake --preset release >/dev/null
 cmake --build --preset release
-exec python3 tools/lockstep bench "$@"
+scripts/python-env.sh                       # the Python package, for the python_overhead rows
+exec build/venv/bin/python tools/lockstep bench "$@"

@@ -18,6 +18,14 @@ for p in "${presets[@]}"; do
     failed+=("$p")
   fi
 done
+# The Python package, built by pip through scikit-build-core, and its tests
+# (skipped with: LOCKSTEP_SKIP_PYTHON=1).
+if [ -z "${LOCKSTEP_SKIP_PYTHON:-}" ]; then
+  echo "=== python ===" >&2
+  if ! scripts/python-env.sh torch || ! (cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider); then
+    failed+=(python)
+  fi
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED in: ${failed[*]}" >&2
   exit 1

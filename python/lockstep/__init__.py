@@ -1,0 +1,125 @@
+"""lockstep: collectives between processes on one node, through shared memory.
+
+    comm = lockstep.Comm.from_env()        # under python -m lockstep.launch, torchrun or mpirun
+    comm.allreduce(array)                  # in place; numpy arrays or torch CPU tensors
+    comm.broadcast(array, root=0)
+    comm.allgather(send, recv)             # recv holds size * len(send)
+    comm.barrier()
+
+Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeoutError
+(a rank missed the deadline; also a TimeoutError), MismatchError (ranks called
+different collectives). After one of these the communicator is broken on every rank.
+Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError
+(not a buffer, unsupported dtype).
+"""
+from numpy import ndarray as _ndarray
+
+from . import _lockstep
+from ._lockstep import CommError, CommTimeoutError, MismatchError, PeerDiedError
+
+__all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "__version__"]
+__version__ = _lockstep.version
+
+_OPS = {"sum": 0, "max": 1, "min": 2}
+_ORDERS = {"linear": 0, "rotated": 1, "random": 2, "topology": 3}
+_XFERS = {"pull": 0, "push": 1}
+_POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
+_TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled lazily
+
+
+def _code(table, value, what):
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what} must be one of {', '.join(sorted(table))}, not {value!r}") from None
+
+
+def _torch_code(t):
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 3})
+    code = _TORCH_DTYPES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"allreduce supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
+    if t.device.type != "cpu":
+        raise ValueError(f"lockstep reduces CPU tensors; this one is on {t.device} (use .cpu())")
+    if not t.is_contiguous():
+        raise ValueError("allreduce needs a contiguous tensor (use .contiguous() and copy back)")
+    return code
+
+
+def _is_tensor(obj):
+    mod = type(obj).__module__
+    return mod.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _bytes_view(buf):
+    """A torch CPU tensor as a writable numpy byte view of the same memory (any dtype,
+    bfloat16 included); anything else unchanged, for the buffer protocol."""
+    if not _is_tensor(buf):
+        return buf
+    import torch
+    if buf.device.type != "cpu":
+        raise ValueError(f"lockstep moves CPU tensors; this one is on {buf.device} (use .cpu())")
+    if not buf.is_contiguous():
+        raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
+    return buf.reshape(-1).view(torch.uint8).numpy()
+
+
+class Comm:
+    """A communicator over `size` ranks of one job (see the module docstring)."""
+
+    def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
+                 small_bytes=0, chunk_bytes=0):
+        if timeout is None:
+            timeout_ms = 0
+        elif timeout <= 0:
+            raise ValueError("timeout must be positive seconds, or None for no deadline")
+        else:
+            timeout_ms = max(1, int(timeout * 1000))
+        self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
+                                 _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes)
+        self.rank = self._c.rank
+        self.size = self._c.size
+
+    @classmethod
+    def from_env(cls, **kw):
+        """Join the job described by the launcher's variables (torchrun's LOCAL_RANK /
+        LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, OpenMPI's OMPI_COMM_WORLD_LOCAL_*,
+        or LOCKSTEP_RANK / LOCKSTEP_SIZE / LOCKSTEP_JOB)."""
+        job, rank, size = _lockstep.env_params()
+        return cls(job, rank, size, **kw)
+
+    def allreduce(self, buf, op="sum"):
+        """Reduce buf over all ranks, in place. Every rank gets identical bits."""
+        code = _OPS.get(op) if type(op) is str else None
+        if code is None:
+            _code(_OPS, op, "op")  # raises the ValueError
+        if type(buf) is _ndarray:  # the common case, checked in C
+            self._c.allreduce(buf, code)
+        elif _is_tensor(buf):
+            self._c.allreduce_ptr(buf.data_ptr(), buf.numel(), _torch_code(buf), code)
+        else:
+            self._c.allreduce(buf, code)
+        return buf
+
+    def broadcast(self, buf, root=0, order="linear", xfer="pull"):
+        """Copy root's buf into every rank's buf (same byte length everywhere)."""
+        self._c.broadcast(_bytes_view(buf), int(root), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+
+    def allgather(self, send, recv, order="linear", xfer="pull"):
+        """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank."""
+        self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        return recv
+
+    def barrier(self):
+        self._c.barrier()
+
+    def close(self):
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,403 @@
+/* lockstep._lockstep — the CPython extension over liblockstep's communicator.
+ * Kept thin: argument conversion, buffer checks, and errors mapped to exceptions.
+ * The Python layer (lockstep/__init__.py) adds dtype inference for numpy and torch. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <string.h>
+
+#include "lockstep/lockstep.h"
+
+static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError;
+
+/* A negative lockstep/errno code as the matching exception; returns NULL. */
+static PyObject *raise_code(int rc, const char *what)
+{
+    PyObject *type = CommError;
+    if (rc == -LOCKSTEP_EPEERDIED)
+        type = PeerDiedError;
+    else if (rc == -ETIMEDOUT)
+        type = CommTimeoutError;
+    else if (rc == -LOCKSTEP_EMISMATCH)
+        type = MismatchError;
+    else if (rc == -EINVAL)
+        type = PyExc_ValueError;
+    else if (rc == -ENOMEM)
+        type = PyExc_MemoryError;
+    PyErr_Format(type, "%s: %s", what, lockstep_strerror(rc));
+    return NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    lockstep_comm_t *comm;
+} CommObject;
+
+static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes", NULL};
+    const char *job;
+    int rank, size, policy = 0;
+    unsigned long timeout_ms = 60000;
+    Py_ssize_t small = 0, chunk = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinn", kwlist, &job, &rank, &size, &timeout_ms,
+                                     &policy, &small, &chunk))
+        return -1;
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    if (strlen(job) == 0 || strlen(job) > LOCKSTEP_COMM_JOB_MAX) {
+        PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
+        return -1;
+    }
+    if (size < 1 || size > LOCKSTEP_COMM_MAX_RANKS || rank < 0 || rank >= size) {
+        PyErr_Format(PyExc_ValueError, "need 0 <= rank < size <= %d (got rank=%d size=%d)",
+                     LOCKSTEP_COMM_MAX_RANKS, rank, size);
+        return -1;
+    }
+    snprintf(p.job, sizeof p.job, "%s", job);
+    p.rank = rank;
+    p.size = size;
+    p.timeout_ms = (uint32_t)timeout_ms;
+    p.wait_policy = (lockstep_wait_policy_t)policy;
+    if (small)
+        p.small_bytes = (size_t)small;
+    if (chunk)
+        p.chunk_bytes = (size_t)chunk;
+    lockstep_comm_t *c;
+    Py_BEGIN_ALLOW_THREADS
+    c = lockstep_comm_create(&p);
+    Py_END_ALLOW_THREADS
+    if (!c) {
+        raise_code(-errno, "cannot join the job (lockstep_comm_create)");
+        return -1;
+    }
+    lockstep_comm_free(self->comm);
+    self->comm = c;
+    return 0;
+}
+
+static void comm_dealloc(CommObject *self)
+{
+    lockstep_comm_free(self->comm);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static lockstep_comm_t *live(CommObject *self)
+{
+    if (!self->comm)
+        PyErr_SetString(CommError, "the communicator is closed");
+    return self->comm;
+}
+
+/* allreduce_ptr(address, count, dtype, op): the raw path, for torch tensors (bf16). */
+static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "allreduce_ptr(address, count, dtype, op)");
+        return NULL;
+    }
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    void *addr = PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    long dt = PyLong_AsLong(args[2]), op = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+        return NULL;
+    }
+    int rc;
+    if (count <= 4096) { /* short calls: not worth releasing the GIL */
+        rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc)
+        return raise_code(rc, "allreduce");
+    Py_RETURN_NONE;
+}
+
+/* The writable C-contiguous buffer of obj, or NULL with ValueError saying what to fix. */
+static int writable_buffer(PyObject *obj, Py_buffer *view, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0)
+        return 0;
+    PyErr_Clear();
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s needs a writable buffer; this one is read-only "
+                     "(pass a copy, e.g. numpy.array(x))", what);
+    } else if (PyObject_CheckBuffer(obj)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s needs a C-contiguous buffer "
+                     "(pass numpy.ascontiguousarray(x) and copy the result back)", what);
+    } else {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s needs a buffer (numpy array, bytearray, torch CPU "
+                     "tensor), not %.100s", what, Py_TYPE(obj)->tp_name);
+    }
+    return -1;
+}
+
+/* dtype code from a buffer format, or -1 with TypeError */
+static int dtype_of(const Py_buffer *v)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    if (strcmp(f, "f") == 0 && v->itemsize == 4)
+        return LOCKSTEP_F32;
+    if (strcmp(f, "e") == 0 && v->itemsize == 2)
+        return LOCKSTEP_F16;
+    if ((strcmp(f, "i") == 0 || strcmp(f, "l") == 0) && v->itemsize == 4)
+        return LOCKSTEP_I32;
+    PyErr_Format(PyExc_TypeError, "allreduce supports float32, float16, bfloat16 and int32; "
+                 "this buffer holds '%s' items of %zd bytes", f, v->itemsize);
+    return -1;
+}
+
+/* allreduce(buffer, op): in place on a numpy-style buffer */
+static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "allreduce(buffer, op)");
+        return NULL;
+    }
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    long op = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer v;
+    if (writable_buffer(args[0], &v, "allreduce") != 0)
+        return NULL;
+    int dt = dtype_of(&v);
+    if (dt < 0) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    size_t count = (size_t)(v.len / v.itemsize);
+    int rc;
+    if (v.len <= 16384) {
+        rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&v);
+    if (rc)
+        return raise_code(rc, "allreduce");
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_broadcast(CommObject *self, PyObject *args)
+{
+    PyObject *obj;
+    int root, order = 0, xfer = 0;
+    if (!PyArg_ParseTuple(args, "Oi|ii", &obj, &root, &order, &xfer))
+        return NULL;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    Py_buffer v;
+    if (writable_buffer(obj, &v, "broadcast") != 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_broadcast(c, v.buf, (size_t)v.len, root, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (rc)
+        return raise_code(rc, "broadcast");
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_allgather(CommObject *self, PyObject *args)
+{
+    PyObject *sobj, *robj;
+    int order = 0, xfer = 0;
+    if (!PyArg_ParseTuple(args, "OO|ii", &sobj, &robj, &order, &xfer))
+        return NULL;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    Py_buffer s, r;
+    if (PyObject_GetBuffer(sobj, &s, PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "allgather's send must be a C-contiguous buffer");
+        return NULL;
+    }
+    if (writable_buffer(robj, &r, "allgather's recv") != 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    int size = lockstep_comm_size(c), rc;
+    if (r.len != s.len * size) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&r);
+        PyErr_Format(PyExc_ValueError, "allgather's recv must hold size * len(send) = %zd bytes, not %zd",
+                     s.len * size, r.len);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_allgather(c, s.buf, r.buf, (size_t)s.len, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&r);
+    if (rc)
+        return raise_code(rc, "allgather");
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_barrier(CommObject *self, PyObject *unused)
+{
+    (void)unused;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_barrier(c);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_code(rc, "barrier");
+    Py_RETURN_NONE;
+}
+
+/* bench_allreduce(count, iters) -> mean ns per C call: the reference the Python call's
+ * overhead is measured against (lockstep bench comm, python_overhead rows). Every rank
+ * must make the same call. */
+static PyObject *comm_bench_allreduce(CommObject *self, PyObject *args)
+{
+    Py_ssize_t count, iters;
+    if (!PyArg_ParseTuple(args, "nn", &count, &iters))
+        return NULL;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    if (count < 0 || count > (1 << 24) || iters < 1) {
+        PyErr_SetString(PyExc_ValueError, "need 0 <= count <= 2**24 and iters >= 1");
+        return NULL;
+    }
+    float *buf = PyMem_Calloc((size_t)count + 1, sizeof(float));
+    if (!buf)
+        return PyErr_NoMemory();
+    int rc = 0;
+    uint64_t t0 = lockstep_now_ns();
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < iters && rc == 0; i++)
+        rc = lockstep_comm_allreduce(c, buf, buf, (size_t)count, LOCKSTEP_F32, LOCKSTEP_SUM);
+    Py_END_ALLOW_THREADS
+    uint64_t dt = lockstep_now_ns() - t0;
+    PyMem_Free(buf);
+    if (rc)
+        return raise_code(rc, "allreduce");
+    return PyFloat_FromDouble((double)dt / (double)iters);
+}
+
+static PyObject *comm_close(CommObject *self, PyObject *unused)
+{
+    (void)unused;
+    lockstep_comm_free(self->comm);
+    self->comm = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *comm_get_rank(CommObject *self, void *closure)
+{
+    (void)closure;
+    lockstep_comm_t *c = live(self);
+    return c ? PyLong_FromLong(lockstep_comm_rank(c)) : NULL;
+}
+
+static PyObject *comm_get_size(CommObject *self, void *closure)
+{
+    (void)closure;
+    lockstep_comm_t *c = live(self);
+    return c ? PyLong_FromLong(lockstep_comm_size(c)) : NULL;
+}
+
+static PyMethodDef comm_methods[] = {
+    {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL, "allreduce(buffer, op) in place"},
+    {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
+    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
+    {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
+    {"barrier", (PyCFunction)comm_barrier, METH_NOARGS, "barrier()"},
+    {"bench_allreduce", (PyCFunction)comm_bench_allreduce, METH_VARARGS, "bench_allreduce(count, iters) -> ns per C call"},
+    {"close", (PyCFunction)comm_close, METH_NOARGS, "close()"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef comm_getset[] = {
+    {"rank", (getter)comm_get_rank, NULL, "this process's rank", NULL},
+    {"size", (getter)comm_get_size, NULL, "number of ranks", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject CommType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lockstep._lockstep.Comm",
+    .tp_basicsize = sizeof(CommObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)comm_init,
+    .tp_dealloc = (destructor)comm_dealloc,
+    .tp_methods = comm_methods,
+    .tp_getset = comm_getset,
+};
+
+static PyObject *mod_env_params(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    int rc = lockstep_comm_params_from_env(&p);
+    if (rc == -ENOENT) {
+        PyErr_SetString(PyExc_RuntimeError, "no launcher variables found: run under "
+                        "`python -m lockstep.launch -n N`, torchrun or mpirun, or set LOCAL_RANK "
+                        "and LOCAL_WORLD_SIZE");
+        return NULL;
+    }
+    if (rc) {
+        PyErr_Format(PyExc_ValueError, "environment variable %s is missing or not a valid rank/size",
+                     lockstep_comm_env_error());
+        return NULL;
+    }
+    return Py_BuildValue("(sii)", p.job, p.rank, p.size);
+}
+
+static PyMethodDef mod_methods[] = {
+    {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_lockstep", NULL, -1, mod_methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__lockstep(void)
+{
+    if (PyType_Ready(&CommType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m)
+        return NULL;
+    CommError = PyErr_NewExceptionWithDoc("lockstep.CommError", "a collective call failed", PyExc_RuntimeError, NULL);
+    PeerDiedError = PyErr_NewExceptionWithDoc("lockstep.PeerDiedError", "a peer process died", CommError, NULL);
+    PyObject *tbases = PyTuple_Pack(2, CommError, PyExc_TimeoutError);
+    CommTimeoutError = PyErr_NewExceptionWithDoc("lockstep.CommTimeoutError", "a peer missed the deadline", tbases, NULL);
+    Py_XDECREF(tbases);
+    MismatchError = PyErr_NewExceptionWithDoc("lockstep.MismatchError", "ranks called different collectives", CommError, NULL);
+    if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError)
+        return NULL;
+    Py_INCREF(&CommType);
+    PyModule_AddObject(m, "Comm", (PyObject *)&CommType);
+    PyModule_AddObject(m, "CommError", Py_NewRef(CommError));
+    PyModule_AddObject(m, "PeerDiedError", Py_NewRef(PeerDiedError));
+    PyModule_AddObject(m, "CommTimeoutError", Py_NewRef(CommTimeoutError));
+    PyModule_AddObject(m, "MismatchError", Py_NewRef(MismatchError));
+    PyModule_AddStringConstant(m, "version", lockstep_version());
+    return m;
+}

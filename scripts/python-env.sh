@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# build/venv: a virtual environment (seeing the system's numpy and build tools) with the
+# lockstep package installed from this checkout by pip (scikit-build-core over the same
+# CMake build). `scripts/python-env.sh torch` also installs torch==2.13.0 (the CPU build
+# kept on these machines; any other version pulls gigabytes of CUDA packages).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+[ -x build/venv/bin/python ] || "$py" -m venv --system-site-packages build/venv
+vpy=build/venv/bin/python
+"$vpy" -c "import scikit_build_core, numpy, pytest" 2>/dev/null || "$vpy" -m pip install -q scikit-build-core numpy pytest
+log=build/venv/pip.log
+if ! "$vpy" -m pip install -q --no-build-isolation . >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "python-env: pip install . failed (log above)" >&2
+  exit 1
+fi
+if [ "${1:-}" = torch ] && ! "$vpy" -c "import torch" 2>/dev/null; then
+  "$vpy" -m pip install -q torch==2.13.0 >>"$log" 2>&1 || \
+    echo "python-env: torch==2.13.0 could not be installed (see $log); the torch tests will skip" >&2
+fi

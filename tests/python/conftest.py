@@ -1,0 +1,50 @@
+"""Runs a function as N ranks in forked processes, each under a deadline."""
+import multiprocessing as mp
+import os
+import time
+import traceback
+import uuid
+
+import pytest
+
+CTX = mp.get_context("fork")
+
+
+def _child(fn, rank, size, job, q):
+    try:
+        q.put((rank, "ok", fn(rank, size, job)))
+    except BaseException as e:  # report everything, including assertion failures
+        q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def run_ranks(fn, size, timeout=120, expect_dead=()):
+    """fn(rank, size, job) in `size` processes; returns {rank: result}. A rank that does
+    not finish within `timeout` fails the test (the watchdog), as does any exception."""
+    job = f"py-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    q = CTX.Queue()
+    procs = [CTX.Process(target=_child, args=(fn, r, size, job, q)) for r in range(size)]
+    for p in procs:
+        p.start()
+    results, deadline = {}, time.monotonic() + timeout
+    want = size - len(expect_dead)
+    while len(results) < want:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"watchdog: ranks {sorted(set(range(size)) - set(results))} did not finish in {timeout} s")
+        try:
+            rank, status, value = q.get(timeout=min(left, 1.0))
+        except Exception:
+            continue
+        if status != "ok":
+            for p in procs:
+                p.kill()
+            pytest.fail(f"rank {rank} failed: {value}")
+        results[rank] = value
+    for p in procs:
+        p.join(timeout=10)
+    for r in expect_dead:
+        assert procs[r].exitcode == -9, f"rank {r} should have been killed, exit code {procs[r].exitcode}"
+    assert not [n for n in os.listdir("/dev/shm") if job in n], "segment left in /dev/shm"
+    return results

@@ -1,0 +1,239 @@
+"""lockstep.Comm from Python: every dtype and op against a numpy reference, identical
+bits on every rank, broadcast/allgather, the error classes, the launcher, torch."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import lockstep
+from conftest import run_ranks
+
+try:
+    import torch
+except ImportError:  # the torch tests skip
+    torch = None
+
+
+def inputs(dtype, n, rank, case):
+    rng = np.random.default_rng(1000 * case + rank)
+    if dtype == np.int32:
+        return rng.integers(-(2**31), 2**31 - 1, size=n, dtype=np.int32)
+    return rng.uniform(-4, 4, size=n).astype(np.float32).astype(dtype)
+
+
+def reference(dtype, op, n, size, case):
+    """rank-order reduction; f16 accumulated in f32 and rounded once"""
+    f = {"sum": lambda a, b: a + b, "max": lambda a, v: np.where(v > a, v, a), "min": lambda a, v: np.where(v < a, v, a)}[op]
+    if dtype == np.int32:
+        with np.errstate(over="ignore"):
+            acc = inputs(dtype, n, 0, case).astype(np.int64)
+            for r in range(1, size):
+                acc = f(acc, inputs(dtype, n, r, case).astype(np.int64))
+                if op == "sum":
+                    acc = ((acc + 2**31) % 2**32) - 2**31
+        return acc.astype(np.int32)
+    acc = inputs(dtype, n, 0, case).astype(np.float32)
+    for r in range(1, size):
+        acc = f(acc, inputs(dtype, n, r, case).astype(np.float32)).astype(np.float32)
+    return acc.astype(dtype)
+
+
+CASES = [(dt, op, n) for dt in (np.float32, np.float16, np.int32) for op in ("sum", "max", "min")
+         for n in (0, 1, 16, 1001, 70001)]
+
+
+def allreduce_body(rank, size, job):
+    out = []
+    with lockstep.Comm(job, rank, size, timeout=60) as c:
+        assert (c.rank, c.size) == (rank, size)
+        for case, (dt, op, n) in enumerate(CASES):
+            a = inputs(dt, n, rank, case)
+            assert c.allreduce(a, op) is a
+            ref = reference(dt, op, n, size, case)
+            assert a.tobytes() == ref.tobytes(), f"{dt.__name__} {op} n={n} differs from the reference"
+            out.append(a.tobytes())
+        c.barrier()
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_allreduce_matches_reference_and_is_identical(size):
+    res = run_ranks(allreduce_body, size)
+    for r in range(1, size):
+        assert res[r] == res[0], f"rank {r}'s results differ from rank 0's"
+
+
+def gather_body(rank, size, job):
+    with lockstep.Comm(job, rank, size) as c:
+        for order in ("linear", "rotated", "random", "topology"):
+            for xfer in ("pull", "push"):
+                for n in (1, 100, 40000):
+                    b = np.full(n, 7 if rank == 1 % size else 0, dtype=np.uint8)
+                    c.broadcast(b, root=1 % size, order=order, xfer=xfer)
+                    assert (b == 7).all()
+                    send = np.full(n, rank + 1, dtype=np.int16)
+                    recv = np.zeros(n * size, dtype=np.int16)
+                    c.allgather(send, recv, order=order, xfer=xfer)
+                    assert (recv.reshape(size, n) == np.arange(1, size + 1, dtype=np.int16)[:, None]).all()
+    return True
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_broadcast_and_allgather(size):
+    run_ranks(gather_body, size)
+
+
+def test_bad_buffers_raise_what_to_fix():
+    with lockstep.Comm(f"py-args-{os.getpid()}", 0, 1) as c:
+        with pytest.raises(ValueError, match="contiguous"):
+            c.allreduce(np.arange(8, dtype=np.float32)[::2])
+        ro = np.arange(4, dtype=np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            c.allreduce(ro)
+        with pytest.raises(TypeError, match="float32, float16, bfloat16 and int32"):
+            c.allreduce(np.arange(4, dtype=np.float64))
+        with pytest.raises(TypeError, match="buffer"):
+            c.allreduce([1.0, 2.0])
+        with pytest.raises(ValueError, match="op must be one of"):
+            c.allreduce(np.zeros(4, np.float32), op="mean")
+        with pytest.raises(ValueError, match="order must be one of"):
+            c.broadcast(np.zeros(4, np.uint8), order="sideways")
+        with pytest.raises(ValueError, match="size \\* len"):
+            c.allgather(np.zeros(4, np.uint8), np.zeros(3, np.uint8))
+        with pytest.raises(ValueError):
+            c.broadcast(np.zeros(4, np.uint8), root=5)
+    with pytest.raises(ValueError, match="rank"):
+        lockstep.Comm("x", 3, 2)
+    with pytest.raises(ValueError, match="timeout"):
+        lockstep.Comm("x", 0, 1, timeout=-1)
+    c = lockstep.Comm(f"py-closed-{os.getpid()}", 0, 1)
+    c.close()
+    with pytest.raises(lockstep.CommError, match="closed"):
+        c.barrier()
+
+
+def peer_death_body(rank, size, job):
+    with lockstep.Comm(job, rank, size, timeout=30) as c:
+        a = np.zeros(1000, np.float32)
+        for i in range(1_000_000):
+            if rank == 2 and i == 20:
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                c.allreduce(a)
+            except lockstep.PeerDiedError:
+                return i
+    raise AssertionError("the peer's death was never noticed")
+
+
+def test_peer_death_raises_on_the_others():
+    res = run_ranks(peer_death_body, 3, expect_dead=(2,))
+    assert set(res) == {0, 1}
+
+
+def mismatch_body(rank, size, job):
+    with lockstep.Comm(job, rank, size, timeout=30) as c:
+        with pytest.raises(lockstep.MismatchError):
+            c.allreduce(np.zeros(10 + rank, np.float32))
+        with pytest.raises(lockstep.MismatchError):  # and it stays broken
+            c.barrier()
+    return True
+
+
+def test_mismatch_raises_on_every_rank():
+    run_ranks(mismatch_body, 2)
+
+
+def late_body(rank, size, job):
+    with lockstep.Comm(job, rank, size, timeout=0.3) as c:
+        if rank == 1:
+            import time
+            time.sleep(1.0)
+        with pytest.raises(lockstep.CommTimeoutError) as e:
+            c.allreduce(np.zeros(4, np.float32))
+        assert isinstance(e.value, TimeoutError) and isinstance(e.value, lockstep.CommError)
+    return True
+
+
+def test_deadline_raises_timeout():
+    run_ranks(late_body, 2)
+
+
+def test_launcher_sets_the_variables(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, lockstep, sys
+        c = lockstep.Comm.from_env(timeout=30)
+        a = np.full(16, c.rank + 1, np.float32)
+        c.allreduce(a)
+        assert (a == sum(range(1, c.size + 1))).all(), a
+        sys.exit(0 if c.size == 3 else 3)
+    """))
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "3", str(script)], timeout=120)
+    assert r.returncode == 0
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys, os; sys.exit(5 if os.environ['LOCAL_RANK'] == '1' else 0)\n")
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(bad)], timeout=120)
+    assert r.returncode == 5
+
+
+def test_from_env_without_a_launcher_says_what_to_do():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCKSTEP_RANK", "LOCKSTEP_SIZE")
+           and not k.startswith("OMPI_")}
+    code = "import lockstep\ntry:\n lockstep.Comm.from_env()\nexcept RuntimeError as e:\n print(e)\n"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert "lockstep.launch" in out
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_tensors_including_bfloat16():
+    def body(rank, size, job):
+        with lockstep.Comm(job, rank, size) as c:
+            for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
+                t = torch.full((33,), rank + 1, dtype=dt)
+                c.allreduce(t)
+                assert (t == size * (size + 1) // 2).all(), (dt, t)
+            with pytest.raises(ValueError, match="contiguous"):
+                c.allreduce(torch.zeros(4, 4)[:, 0])
+            with pytest.raises(TypeError, match="float64"):
+                c.allreduce(torch.zeros(4, dtype=torch.float64))
+            b = torch.full((9,), 5 if rank == 0 else 0, dtype=torch.bfloat16)
+            c.broadcast(b, root=0)
+            assert (b == 5).all()
+        return True
+    run_ranks(body, 2)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_custom_op_stays_in_the_compiled_graph():
+    import lockstep.torch_ops as lt
+    with lockstep.Comm(f"py-op-{os.getpid()}", 0, 1) as c:
+        h = lt.register(c)
+        t = torch.arange(4, dtype=torch.float32)
+        torch.ops.lockstep.all_reduce_(t, h, "sum")
+        assert t.tolist() == [0, 1, 2, 3]  # one rank: unchanged, and no error
+
+        graphs = []
+
+        def capture(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        def f(x):
+            y = x * 2
+            torch.ops.lockstep.all_reduce_(y, h, "sum")
+            return y + 1
+
+        out = torch.compile(f, backend=capture, fullgraph=True)(torch.ones(8))
+        assert out.tolist() == [3.0] * 8
+        assert graphs, "torch.compile did not call the backend"
+        targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+        assert any("lockstep.all_reduce_" in t for t in targets), targets
+        with pytest.raises(ValueError, match="register"):
+            torch.ops.lockstep.all_reduce_(t, 12345, "sum")
+        lt.unregister(h)

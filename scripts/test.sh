@@ -30,4 +30,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED in: ${failed[*]}" >&2
   exit 1
 fi
-echo "all test builds passed: ${presets[*]}"
+echo "all passed: ${presets[*]}${LOCKSTEP_SKIP_PYTHON:+ (python skipped)}${LOCKSTEP_SKIP_PYTHON:- python}"

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "lockstep/wait.h"
+#include "lockstep/pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,6 +70,11 @@ typedef struct lockstep_comm_params {
     lockstep_wait_policy_t wait_policy;
     size_t small_bytes;                  /* per-rank announce slot (x2): the small-message limit */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages */
+    lockstep_pool_t *pool;               /* optional, not owned: large messages' copies and
+                                            reductions are split across its threads (each
+                                            element is still reduced once, in rank order,
+                                            so results stay bit-identical). The pool must
+                                            not be running a region during comm calls. */
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 16 KiB (the measured

@@ -61,20 +61,20 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     for (size_t off = 0; off < count; off += per_chunk, j++) {
         size_t n = count - off < per_chunk ? count - off : per_chunk;
         unsigned b = j & 1;
-        memcpy(ls_chunk(c, me, b), src + off * es, n * es);
+        ls_comm_copy(c, ls_chunk(c, me, b), src + off * es, n * es);
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
         size_t lo = n * (size_t)me / (size_t)N, hi = n * (size_t)(me + 1) / (size_t)N;
         for (int k = 0; k < N; k++)
             in[k] = ls_chunk(c, k, b) + lo * es;
-        ls_reduce(dtype, op, dst + (off + lo) * es, in, N, hi - lo);
-        memcpy(ls_chunk(c, me, b) + lo * es, dst + (off + lo) * es, (hi - lo) * es);
+        ls_comm_reduce(c, dtype, op, dst + (off + lo) * es, in, N, hi - lo);
+        ls_comm_copy(c, ls_chunk(c, me, b) + lo * es, dst + (off + lo) * es, (hi - lo) * es);
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
         for (int i = 1; i < N; i++) {
             int k = (me + i) % N; /* rotated: ranks start on different peers */
             size_t klo = n * (size_t)k / (size_t)N, khi = n * (size_t)(k + 1) / (size_t)N;
-            memcpy(dst + (off + klo) * es, ls_chunk(c, k, b) + klo * es, (khi - klo) * es);
+            ls_comm_copy(c, dst + (off + klo) * es, ls_chunk(c, k, b) + klo * es, (khi - klo) * es);
         }
     }
     return 0;

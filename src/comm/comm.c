@@ -449,6 +449,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     c->rank = p->rank;
     c->size = p->size;
     c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
+    c->pool = p->pool;
     c->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)(p->rank + 1) * 0xbf58476d1ce4e5b9ull);
     int rc = lockstep_wait_init(&c->wait, p->wait_policy, (unsigned)p->size, 1);
     if (rc) {

@@ -79,6 +79,7 @@ struct lockstep_comm {
     ls_seg_hdr_t *hdr;
     ls_seg_state_t *state;
     lockstep_barrier_t *barrier;
+    lockstep_pool_t *pool;             /* optional helper threads for large messages */
     int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
     uint64_t rng;                      /* ORDER_RANDOM */
 };
@@ -108,6 +109,11 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
 int ls_comm_verify(lockstep_comm_t *c);
 int ls_comm_step(lockstep_comm_t *c, uint64_t deadline);
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
+
+/* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
+void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);
+void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out,
+                    const void *const *in, int nin, size_t count);
 
 /* reduce.c */
 void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t count);

@@ -51,15 +51,15 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         unsigned b = j & 1;
         if (me == root) {
             if (xfer == LOCKSTEP_PULL)
-                memcpy(ls_chunk(c, me, b), p + off, n);
+                ls_comm_copy(c, ls_chunk(c, me, b), p + off, n);
             else
                 for (int i = 0; i < np; i++)
-                    memcpy(ls_chunk(c, peers[i], b), p + off, n);
+                    ls_comm_copy(c, ls_chunk(c, peers[i], b), p + off, n);
         }
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
         if (me != root)
-            memcpy(p + off, ls_chunk(c, xfer == LOCKSTEP_PULL ? root : me, b), n);
+            ls_comm_copy(c, p + off, ls_chunk(c, xfer == LOCKSTEP_PULL ? root : me, b), n);
     }
     return 0;
 }
@@ -112,18 +112,18 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
         size_t q = bytes - off < piece ? bytes - off : piece;
         unsigned b = j & 1;
         if (xfer == LOCKSTEP_PULL)
-            memcpy(ls_chunk(c, me, b), in + off, q);
+            ls_comm_copy(c, ls_chunk(c, me, b), in + off, q);
         else
             for (int i = 0; i < np; i++)
                 memcpy(ls_chunk(c, peers[i], b) + (size_t)me * q, in + off, q);
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
         if (in != mine)
-            memcpy(mine + off, in + off, q);
+            ls_comm_copy(c, mine + off, in + off, q);
         for (int i = 0; i < np; i++) {
             int k = peers[i];
             const char *from = xfer == LOCKSTEP_PULL ? ls_chunk(c, k, b) : ls_chunk(c, me, b) + (size_t)k * q;
-            memcpy(out + (size_t)k * bytes + off, from, q);
+            ls_comm_copy(c, out + (size_t)k * bytes + off, from, q);
         }
     }
     return 0;

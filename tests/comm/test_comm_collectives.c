@@ -105,9 +105,26 @@ static int check_equal(const char *what, const void *got, const void *want, size
     return 1;
 }
 
+static int use_pool; /* argv[2] == "pool": large messages split across 2 threads */
+
 static int body(int rank, int size, const char *job)
 {
-    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    lockstep_comm_t *c;
+    lockstep_pool_t *pool = NULL;
+    if (use_pool) {
+        lockstep_pool_params_t pp = lockstep_pool_params_default();
+        pp.n_threads = 2;
+        pool = lockstep_pool_create(&pp);
+        CHECK(pool != NULL);
+        lockstep_comm_params_t p = lockstep_comm_params_default();
+        snprintf(p.job, sizeof p.job, "%s", job);
+        p.rank = rank;
+        p.size = size;
+        p.pool = pool;
+        c = lockstep_comm_create(&p);
+    } else {
+        c = harness_comm(rank, size, job, 60000);
+    }
     if (!c)
         return 1;
     CHECK_EQ(lockstep_comm_rank(c), rank);
@@ -194,12 +211,14 @@ static int body(int rank, int size, const char *job)
     for (int i = 0; i < 50; i++)
         CHECK_EQ(lockstep_comm_barrier(c), 0);
     lockstep_comm_free(c);
+    lockstep_pool_free(pool);
     return bad;
 }
 
 int main(int argc, char **argv)
 {
     int size = argc > 1 ? atoi(argv[1]) : 2;
+    use_pool = argc > 2 && strcmp(argv[2], "pool") == 0;
     CHECK(size >= 1 && size <= MAX_TEST_RANKS);
     watchdog(900);
     char job[96];

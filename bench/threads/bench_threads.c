@@ -1,6 +1,6 @@
 /* lockstep's side of the thread benchmarks (the OpenMP side is bench_threads_omp.c).
  * usage: lockstep_bench_threads IMPL WORKLOAD THREADS REPS
- *   IMPL: central | flat | tree | dissem | auto   (the barrier algorithm)
+ *   IMPL: central | counter | flat | tree | dissem | auto   (the barrier algorithm)
  *   barrier  — ns per barrier episode (lockstep_barrier_arrive_and_wait)
  *   region   — ns per empty lockstep_pool_run
  *   graph    — ns per node of a 2000-node graph run (lockstep_pool_graph_run)
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
     int t = atoi(argv[3]), reps = atoi(argv[4]);
     int k = lockstep_barrier_kind_parse(impl);
     if (k < 0 || t < 1 || reps < 1 || reps > BENCH_MAX_REPS) {
-        fprintf(stderr, "%s: IMPL is central|flat|tree|dissem|auto, THREADS >= 1, 1 <= REPS <= %d\n",
+        fprintf(stderr, "%s: IMPL is central|counter|flat|tree|dissem|auto, THREADS >= 1, 1 <= REPS <= %d\n",
                 argv[0], BENCH_MAX_REPS);
         return 2;
     }

@@ -24,10 +24,15 @@
  *             the generation word. Participant 0 arrives directly at the root.
  *   DISSEM  — dissemination: ceil(log2 n) rounds, in round k participant i signals
  *             (i + 2^k) mod n. No central word; no primary.
- *   AUTO    — chosen by init from n and the CPUs available: CENTRAL up to 8
- *             participants and whenever they outnumber the CPUs (one futex wake
- *             releases everyone); beyond that DISSEM, or TREE when the params ask for
- *             lockstep_barrier_gather (need_gather).
+ *   COUNTER — one arrival counter that is never reset: episode e is complete when it
+ *             reaches e * n, so the last arrival is itself the release, and waiters
+ *             need observe only that one write (CENTRAL's release word costs them one
+ *             more cache transfer).
+ *   AUTO    — chosen by init from n and the CPUs available: CENTRAL when the
+ *             participants outnumber the CPUs (waiters park on a word that changes
+ *             once per episode, and one futex wake releases everyone); else COUNTER
+ *             up to 8 participants; beyond that DISSEM, or TREE when the params ask
+ *             for lockstep_barrier_gather (need_gather).
  * Every wait follows the lockstep_wait_t policy chosen at init (spin, yield, park). */
 #ifndef LOCKSTEP_BARRIER_H
 #define LOCKSTEP_BARRIER_H
@@ -45,7 +50,8 @@ typedef enum lockstep_barrier_kind {
     LOCKSTEP_BARRIER_CENTRAL = 1,
     LOCKSTEP_BARRIER_FLAT    = 2,
     LOCKSTEP_BARRIER_TREE    = 3,
-    LOCKSTEP_BARRIER_DISSEM  = 4
+    LOCKSTEP_BARRIER_DISSEM  = 4,
+    LOCKSTEP_BARRIER_COUNTER = 5
 } lockstep_barrier_kind_t;
 
 #define LOCKSTEP_BARRIER_MAX_PARTICIPANTS 4096u
@@ -123,7 +129,7 @@ int lockstep_barrier_wait_until(lockstep_barrier_t *b, unsigned tid, uint64_t de
 /* Both phases. Returns 0 or -EINVAL. */
 int lockstep_barrier_arrive_and_wait(lockstep_barrier_t *b, unsigned tid);
 
-/* Primary only (tid 0, CENTRAL, FLAT and TREE): wait until every other participant has
+/* Primary only (tid 0, CENTRAL, COUNTER, FLAT and TREE): wait until every other participant has
  * arrived at the episode participant 0 will arrive at next, without arriving itself.
  * Participant 0 then arrives last, so its arrive-and-wait releases the episode at once.
  * This is how a fork/join pool pays one episode per region: the gather is the join of
@@ -136,7 +142,7 @@ int lockstep_barrier_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 /* The algorithm actually in use (AUTO resolved), or -EINVAL. */
 int lockstep_barrier_kind(const lockstep_barrier_t *b);
 
-/* "central", "flat", "tree", "dissem", "auto"; NULL for an unknown kind. */
+/* "central", "flat", "tree", "dissem", "counter", "auto"; NULL for an unknown kind. */
 const char *lockstep_barrier_kind_name(lockstep_barrier_kind_t kind);
 
 /* Parse a name as printed by lockstep_barrier_kind_name. Returns the kind or -EINVAL. */

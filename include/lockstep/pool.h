@@ -42,7 +42,7 @@ typedef struct lockstep_pool_params {
     const int *cpus;                    /* LIST: CPU numbers, each allowed by affinity */
     int n_cpus;
     lockstep_wait_policy_t wait_policy;
-    lockstep_barrier_kind_t barrier;    /* AUTO, CENTRAL, FLAT or TREE */
+    lockstep_barrier_kind_t barrier;    /* AUTO, CENTRAL, COUNTER, FLAT or TREE */
     unsigned fanin;                     /* TREE fan-in, 0 = default */
     int fold_shares;                    /* graph_run: run several shares per thread when
                                            threads outnumber CPUs (default 1) */

@@ -6,7 +6,7 @@
 
 #include "barrier_impl.h"
 
-static const char *const kind_names[] = {"auto", "central", "flat", "tree", "dissem"};
+static const char *const kind_names[] = {"auto", "central", "flat", "tree", "dissem", "counter"};
 
 const char *lockstep_barrier_kind_name(lockstep_barrier_kind_t kind)
 {
@@ -37,17 +37,22 @@ lockstep_barrier_params_t lockstep_barrier_params_default(void)
 
 static lockstep_barrier_kind_t resolve_auto(unsigned n, int need_gather)
 {
-    /* Measured by `lockstep bench threads` on 2 CPUs, interleaved:
-     * - participants outnumber CPUs: one futex wake on one word releases everybody at
-     *   once, where a tree or dissemination wakes in rounds that each need a slice;
-     * - 2 participants: the counter beats dissemination both alone (279-323 ns against
-     *   317-349) and between graph nodes, where arrivals are staggered (912 against
-     *   1026 ns/node, medians of 12): the last arriver under dissemination must also
-     *   fetch its own flag from the other core;
+    /* Measured by `lockstep bench threads` on 2 CPUs, interleaved, medians of 9-12:
+     * - participants outnumber CPUs: CENTRAL. One futex wake on a word that changes
+     *   once per episode releases everybody; COUNTER's word changes on every arrival,
+     *   so parked waiters keep re-parking (barrier at 16 threads 9.7 us against 15.4,
+     *   empty region at 4 threads 2.8 against 4.4), and a tree or dissemination wakes
+     *   in rounds that each need a time slice;
+     * - up to 8 that fit: COUNTER. The last arrival is the release (2 threads: barrier
+     *   223 ns against CENTRAL's 350, graph 947 against 1074 ns/node); dissemination
+     *   loses between graph nodes, where arrivals are staggered and the last arriver
+     *   must also fetch its own flag (1026 against CENTRAL's 912 ns/node);
      * - beyond 8, one counter line becomes the bottleneck: dissemination for full
      *   barriers, the combining tree where a primary must gather. */
-    if (n <= 8 || n > (unsigned)lockstep_cpus_available())
+    if (n > (unsigned)lockstep_cpus_available())
         return LOCKSTEP_BARRIER_CENTRAL;
+    if (n <= 8)
+        return LOCKSTEP_BARRIER_COUNTER;
     return need_gather ? LOCKSTEP_BARRIER_TREE : LOCKSTEP_BARRIER_DISSEM;
 }
 
@@ -55,7 +60,7 @@ static int valid_args(lockstep_barrier_kind_t kind, unsigned n, unsigned *fanin)
 {
     if (n == 0 || n > LOCKSTEP_BARRIER_MAX_PARTICIPANTS)
         return 0;
-    if ((unsigned)kind > LOCKSTEP_BARRIER_DISSEM)
+    if ((unsigned)kind > LOCKSTEP_BARRIER_COUNTER)
         return 0;
     if (*fanin == 0)
         *fanin = LOCKSTEP_BARRIER_DEFAULT_FANIN;
@@ -143,6 +148,7 @@ int lockstep_barrier_arrive(lockstep_barrier_t *b, unsigned tid)
     }
     switch (b->cfg.kind) {
     case LOCKSTEP_BARRIER_CENTRAL: ls_central_arrive(b, tid); break;
+    case LOCKSTEP_BARRIER_COUNTER: ls_counter_arrive(b, tid); break;
     case LOCKSTEP_BARRIER_FLAT: ls_flat_arrive(b, tid); break;
     case LOCKSTEP_BARRIER_TREE: ls_tree_arrive(b, tid); break;
     case LOCKSTEP_BARRIER_DISSEM: ls_dissem_arrive(b, tid); break;
@@ -159,6 +165,7 @@ int lockstep_barrier_wait_until(lockstep_barrier_t *b, unsigned tid, uint64_t de
         return 0;
     switch (b->cfg.kind) {
     case LOCKSTEP_BARRIER_CENTRAL: return ls_central_wait(b, tid, deadline_ns);
+    case LOCKSTEP_BARRIER_COUNTER: return ls_counter_wait(b, tid, deadline_ns);
     case LOCKSTEP_BARRIER_FLAT: return ls_flat_wait(b, tid, deadline_ns);
     case LOCKSTEP_BARRIER_TREE: return ls_tree_wait(b, tid, deadline_ns);
     case LOCKSTEP_BARRIER_DISSEM: return ls_dissem_wait(b, tid, deadline_ns);
@@ -181,8 +188,11 @@ int lockstep_barrier_gather(lockstep_barrier_t *b, uint64_t deadline_ns)
 {
     if (!check(b, 0))
         return -EINVAL;
+    if (b->cfg.n == 1 && b->cfg.kind != LOCKSTEP_BARRIER_DISSEM)
+        return 0; /* nobody else to wait for */
     switch (b->cfg.kind) {
     case LOCKSTEP_BARRIER_CENTRAL: return ls_central_gather(b, deadline_ns);
+    case LOCKSTEP_BARRIER_COUNTER: return ls_counter_gather(b, deadline_ns);
     case LOCKSTEP_BARRIER_FLAT: return ls_flat_gather(b, deadline_ns);
     case LOCKSTEP_BARRIER_TREE: return ls_tree_gather(b, deadline_ns);
     case LOCKSTEP_BARRIER_DISSEM: return -ENOTSUP;

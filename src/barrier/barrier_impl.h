@@ -48,6 +48,10 @@ void ls_central_arrive(lockstep_barrier_t *b, unsigned tid);
 int ls_central_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_central_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 
+void ls_counter_arrive(lockstep_barrier_t *b, unsigned tid);
+int ls_counter_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
+int ls_counter_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
+
 void ls_flat_arrive(lockstep_barrier_t *b, unsigned tid);
 int ls_flat_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_flat_gather(lockstep_barrier_t *b, uint64_t deadline_ns);

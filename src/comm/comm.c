@@ -464,7 +464,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
     want.chunk_bytes = p->chunk_bytes;
-    size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_CENTRAL, (unsigned)p->size, 0);
+    size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
     want.off_barrier = 2 * LS_LINE;
     want.off_ctl = align_up(want.off_barrier + bsize, LS_LINE);
     want.off_data = align_up(want.off_ctl + (size_t)p->size * sizeof(ls_ctl_t), 4096);
@@ -534,7 +534,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         memcpy(c->hdr, &want, sizeof want);
         c->hdr->creator_pid = (int32_t)getpid();
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();
-        bp.kind = LOCKSTEP_BARRIER_CENTRAL;
+        bp.kind = LOCKSTEP_BARRIER_AUTO; /* by ranks against CPUs; no gather needed */
         bp.process_shared = 1;
         bp.wait_policy = p->wait_policy;
         rc = lockstep_barrier_init(c->barrier, bsize, (unsigned)p->size, &bp);

@@ -2,7 +2,7 @@
  *
  *   [hdr: one line, written by rank 0 before magic]
  *   [state: one line: joined counter, failure code]
- *   [barrier: lockstep_barrier_t, CENTRAL, process-shared, `size` participants]
+ *   [barrier: lockstep_barrier_t, AUTO, process-shared, `size` participants]
  *   [ctl[r]: three lines per rank: pid, cpu, step word | announcement 0 | announcement 1]
  *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
  *

@@ -117,7 +117,7 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
     if ((unsigned)p->placement > LOCKSTEP_PLACE_LIST ||
         (p->placement == LOCKSTEP_PLACE_LIST && (!p->cpus || p->n_cpus < 1)))
         goto fail;
-    if (p->barrier == LOCKSTEP_BARRIER_DISSEM || (unsigned)p->barrier > LOCKSTEP_BARRIER_DISSEM)
+    if (p->barrier == LOCKSTEP_BARRIER_DISSEM || (unsigned)p->barrier > LOCKSTEP_BARRIER_COUNTER)
         goto fail; /* dissemination has no primary, so it cannot gather for a join */
 
     lockstep_pool_t *pool;

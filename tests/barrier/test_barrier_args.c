@@ -53,8 +53,10 @@ int main(void)
 
     /* gather: times out while participant 1 is absent, then succeeds once it arrives;
      * participant 0's arrival then releases it at once */
-    for (int k = LOCKSTEP_BARRIER_CENTRAL; k <= LOCKSTEP_BARRIER_TREE; k++) {
-        p.kind = (lockstep_barrier_kind_t)k;
+    static const lockstep_barrier_kind_t with_primary[] = {LOCKSTEP_BARRIER_CENTRAL, LOCKSTEP_BARRIER_FLAT,
+                                                          LOCKSTEP_BARRIER_TREE, LOCKSTEP_BARRIER_COUNTER};
+    for (unsigned ki = 0; ki < 4; ki++) {
+        p.kind = with_primary[ki];
         CHECK_EQ(lockstep_barrier_init(b, sizeof mem, 2, &p), 0);
         CHECK_EQ(lockstep_barrier_gather(b, lockstep_now_ns() + 20 * 1000 * 1000), -ETIMEDOUT);
         pthread_t t;
@@ -81,7 +83,7 @@ int main(void)
     p = lockstep_barrier_params_default();
 
     /* wait_until: times out while participant 1 is absent, and resumes once it comes */
-    for (int k = LOCKSTEP_BARRIER_CENTRAL; k <= LOCKSTEP_BARRIER_DISSEM; k++) {
+    for (int k = LOCKSTEP_BARRIER_CENTRAL; k <= LOCKSTEP_BARRIER_COUNTER; k++) {
         p = lockstep_barrier_params_default();
         p.kind = (lockstep_barrier_kind_t)k;
         CHECK_EQ(lockstep_barrier_init(b, sizeof mem, 2, &p), 0);
@@ -106,5 +108,6 @@ int main(void)
     CHECK_EQ(lockstep_barrier_kind_parse(NULL), -EINVAL);
     CHECK(strcmp(lockstep_barrier_kind_name(LOCKSTEP_BARRIER_DISSEM), "dissem") == 0);
     CHECK(lockstep_barrier_kind_name((lockstep_barrier_kind_t)9) == NULL);
+    CHECK_EQ(lockstep_barrier_kind_parse("counter"), LOCKSTEP_BARRIER_COUNTER);
     return 0;
 }

@@ -38,5 +38,6 @@ const char *lockstep_version(void);
 #include "lockstep/barrier.h"
 #include "lockstep/pool.h"
 #include "lockstep/comm.h"
+#include "lockstep/load.h"
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the build, the tests and the benchmarks need, when it is missing.
-#   scripts/deps.sh test   — compilers, CMake, Ninja (sanitizer runtimes come with gcc)
+#   scripts/deps.sh test   — compilers (clang for libFuzzer), CMake, Ninja
 #   scripts/deps.sh bench  — plus clang + LLVM libomp (OpenMP baseline), OpenMPI (the
 #                            collectives' baseline) and matplotlib
 set -euo pipefail
@@ -9,8 +9,8 @@ what=${1:-test}
 need_apt=()
 command -v gcc >/dev/null || need_apt+=(gcc)
 command -v g++ >/dev/null || need_apt+=(g++)
+command -v clang >/dev/null || need_apt+=(clang)   # libFuzzer (tests) and libomp (bench)
 if [ "$what" = bench ]; then
-  command -v clang >/dev/null || need_apt+=(clang)
   # libomp: clang's OpenMP runtime; look for its header where Debian puts it
   if ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libomp.so* >/dev/null 2>&1; then
     need_apt+=(libomp-dev)

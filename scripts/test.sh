@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: the release build, the perturbation build (debug, random yields at
-# protocol points), ThreadSanitizer, and ASan+UBSan; warnings are errors in all four.
+# protocol points), ThreadSanitizer, and ASan+UBSan (warnings are errors in all four);
+# the readers' fuzzers for a bounded time; the Python package's tests.
 # Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,10 @@ for p in "${presets[@]}"; do
     failed+=("$p")
   fi
 done
+# The readers' fuzzers, a bounded minute each (LOCKSTEP_FUZZ_SECONDS to change).
+echo "=== fuzz ===" >&2
+scripts/fuzz.sh "${LOCKSTEP_FUZZ_SECONDS:-60}" || failed+=(fuzz)
+
 # The Python package, built by pip through scikit-build-core, and its tests
 # (skipped with: LOCKSTEP_SKIP_PYTHON=1).
 if [ -z "${LOCKSTEP_SKIP_PYTHON:-}" ]; then
@@ -30,4 +35,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED in: ${failed[*]}" >&2
   exit 1
 fi
-echo "all passed: ${presets[*]}${LOCKSTEP_SKIP_PYTHON:+ (python skipped)}${LOCKSTEP_SKIP_PYTHON:- python}"
+echo "all passed: ${presets[*]} fuzz${LOCKSTEP_SKIP_PYTHON:+ (python skipped)}${LOCKSTEP_SKIP_PYTHON:- python}"

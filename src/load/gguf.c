@@ -66,7 +66,7 @@ static void *arena_alloc(lockstep_model_t *m, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     if (!m->arena || m->arena->cap - m->arena->used < n) {
-        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        size_t cap = n > (64u << 10) ? n : (64u << 10);
         struct block *b = malloc(sizeof *b + cap);
         if (!b)
             return NULL;

@@ -190,25 +190,39 @@ int ls_comm_fail(lockstep_comm_t *c, int code)
     return ls_comm_failed(c); /* the first failure wins on every rank */
 }
 
-/* Wait for ww to reach target, in slices; between slices: has the communicator failed,
- * is `peer` (or, with peer < 0, any rank) still alive, has the deadline passed. */
+/* The end of the next wait slice: SLICE_NS from now, or the deadline if sooner. */
+static uint64_t slice_end(uint64_t deadline)
+{
+    uint64_t until = lockstep_now_ns() + SLICE_NS;
+    return deadline && until > deadline ? deadline : until;
+}
+
+/* Between two slices of a wait: has the communicator failed, is `peer` (or, with
+ * peer < 0, every rank) still alive, has the deadline passed? 0 to keep waiting, else
+ * the error that ends the wait (recorded for every rank). */
+static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
+{
+    int rc = ls_comm_failed(c);
+    if (rc)
+        return rc;
+    for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
+        if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
+            return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
+    if (deadline && lockstep_now_ns() >= deadline)
+        return ls_comm_fail(c, ETIMEDOUT);
+    return 0;
+}
+
+/* Wait for ww to reach target, in slices, with the checks above between them. */
 int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
                       uint64_t deadline)
 {
     for (;;) {
-        uint64_t now = lockstep_now_ns(), until = now + SLICE_NS;
-        if (deadline && until > deadline)
-            until = deadline;
-        if (lockstep_wait_until(&c->wait, ww, target, until) == 0)
+        if (lockstep_wait_until(&c->wait, ww, target, slice_end(deadline)) == 0)
             return 0;
-        int rc = ls_comm_failed(c);
+        int rc = between_slices(c, peer, deadline);
         if (rc)
             return rc;
-        for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
-            if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
-                return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
-        if (deadline && lockstep_now_ns() >= deadline)
-            return ls_comm_fail(c, ETIMEDOUT);
     }
 }
 
@@ -589,22 +603,8 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
     unsigned tid = (unsigned)c->rank;
     rc = lockstep_barrier_arrive(c->barrier, tid);
     uint64_t deadline = ls_comm_deadline(c);
-    while (rc == 0) {
-        uint64_t until = lockstep_now_ns() + SLICE_NS;
-        if (deadline && until > deadline)
-            until = deadline;
-        rc = lockstep_barrier_wait_until(c->barrier, tid, until);
-        if (rc != -ETIMEDOUT)
-            break;
-        if ((rc = ls_comm_failed(c)) != 0)
-            return rc;
-        for (int r = 0; r < c->size; r++)
-            if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
-                return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
-        if (deadline && lockstep_now_ns() >= deadline)
-            return ls_comm_fail(c, ETIMEDOUT);
-        rc = 0;
-    }
+    while (rc == 0 && (rc = lockstep_barrier_wait_until(c->barrier, tid, slice_end(deadline))) == -ETIMEDOUT)
+        rc = between_slices(c, -1, deadline);
     if (rc)
         return rc;
     return ls_comm_verify(c); /* everyone has announced by now */

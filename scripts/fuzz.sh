@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the model readers for a bounded time each (default 60 s) under ASan + UBSan,
+# Fuzz the model readers (GGUF, safetensors) for a bounded time each (default 60 s) under ASan + UBSan,
 # starting from the seed corpus in fuzz/corpus/. Fails if the fuzzer finds anything.
 # Usage: scripts/fuzz.sh [seconds]
 set -euo pipefail
@@ -13,17 +13,19 @@ fi
 out=build/fuzz
 mkdir -p "$out"
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude"
-"$cc" $flags -o "$out/gguf_fuzz" fuzz/gguf_fuzz.c src/load/gguf.c
-work="$out/corpus-gguf"
-rm -rf "$work"
-mkdir -p "$work"
-cp fuzz/corpus/gguf/* "$work/"
-echo "fuzz: gguf reader for ${secs}s" >&2
-"$out/gguf_fuzz" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-  -artifact_prefix="$out/crash-" "$work" 2>"$out/gguf_fuzz.log" || {
-  tail -40 "$out/gguf_fuzz.log" >&2
-  echo "fuzz: the gguf fuzzer found a problem; the input is in $out/crash-*" >&2
-  exit 1
-}
-grep -E "stat::number_of_executed_units|stat::new_units_added" "$out/gguf_fuzz.log" >&2 || true
+"$cc" $flags -o "$out/model_fuzz" fuzz/model_fuzz.c src/load/model.c src/load/gguf.c src/load/safetensors.c
+for reader in gguf safetensors; do
+  work="$out/corpus-$reader"
+  rm -rf "$work"
+  mkdir -p "$work"
+  cp fuzz/corpus/$reader/* "$work/"
+  echo "fuzz: $reader reader for ${secs}s" >&2
+  "$out/model_fuzz" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix="$out/crash-$reader-" "$work" 2>"$out/$reader.log" || {
+    tail -40 "$out/$reader.log" >&2
+    echo "fuzz: the $reader fuzzer found a problem; the input is in $out/crash-$reader-*" >&2
+    exit 1
+  }
+  grep -E "stat::number_of_executed_units|stat::new_units_added" "$out/$reader.log" >&2 || true
+done
 echo "fuzz: no findings"

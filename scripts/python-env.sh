@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 [ -x build/venv/bin/python ] || "$py" -m venv --system-site-packages build/venv
 vpy=build/venv/bin/python
-"$vpy" -c "import scikit_build_core, numpy, pytest, gguf" 2>/dev/null || \
-  "$vpy" -m pip install -q scikit-build-core numpy pytest gguf
+"$vpy" -c "import scikit_build_core, numpy, pytest, gguf, safetensors" 2>/dev/null || \
+  "$vpy" -m pip install -q scikit-build-core numpy pytest gguf safetensors
 log=build/venv/pip.log
 if ! "$vpy" -m pip install -q --no-build-isolation . >"$log" 2>&1; then
   cat "$log" >&2

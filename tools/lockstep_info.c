@@ -1,4 +1,4 @@
-/* lockstep-info FILE [--json]: a model file's header, metadata and tensor table, as
+/* lockstep-info FILE [--json]: a model file's (GGUF or safetensors) header, metadata and tensor table, as
  * read by lockstep's hardened reader. A bad file prints the reader's error with its
  * byte offset and exits 1. `lockstep info FILE` runs this. */
 #include <errno.h>
@@ -101,15 +101,16 @@ int main(int argc, char **argv)
     lockstep_model_t *m = lockstep_model_open(path, &err);
     if (!m) {
         if (err.code == -LOCKSTEP_EBADFILE)
-            fprintf(stderr, "%s: bad GGUF file at byte %" PRIu64 ": %s\n", path, err.offset, err.message);
+            fprintf(stderr, "%s: bad model file at byte %" PRIu64 ": %s\n", path, err.offset, err.message);
         else
             fprintf(stderr, "%s: %s\n", path, err.message[0] ? err.message : lockstep_strerror(err.code));
         return 1;
     }
     size_t nm = lockstep_model_meta_count(m), nt = lockstep_model_tensor_count(m);
+    const char *fmt = lockstep_model_format(m) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors";
     if (json) {
-        printf("{\"version\": %u, \"alignment\": %" PRIu64 ", \"data_offset\": %" PRIu64 ", \"metadata\": {",
-               lockstep_model_version(m), lockstep_model_alignment(m), lockstep_model_data_offset(m));
+        printf("{\"format\": \"%s\", \"version\": %u, \"alignment\": %" PRIu64 ", \"data_offset\": %" PRIu64 ", \"metadata\": {",
+               fmt, lockstep_model_version(m), lockstep_model_alignment(m), lockstep_model_data_offset(m));
         for (size_t i = 0; i < nm; i++) {
             const lockstep_meta_t *e = lockstep_model_meta(m, i);
             printf("%s", i ? ", " : "");
@@ -130,8 +131,8 @@ int main(int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        printf("GGUF v%u, alignment %" PRIu64 ", data at byte %" PRIu64 ", %zu metadata entries, %zu tensors\n\n",
-               lockstep_model_version(m), lockstep_model_alignment(m), lockstep_model_data_offset(m), nm, nt);
+        printf("%s v%u, alignment %" PRIu64 ", data at byte %" PRIu64 ", %zu metadata entries, %zu tensors\n\n",
+               fmt, lockstep_model_version(m), lockstep_model_alignment(m), lockstep_model_data_offset(m), nm, nt);
         for (size_t i = 0; i < nm; i++) {
             const lockstep_meta_t *e = lockstep_model_meta(m, i);
             printf("  %-40s ", e->key);

@@ -1,11 +1,16 @@
 /* lockstep/load.h — reading model files, which are untrusted input.
  *
- * This release reads GGUF (versions 2 and 3): header, every metadata value type
- * (nested arrays included), tensor infos, general.alignment. Every size, count, offset,
- * dimension and string is checked against the bytes that are actually there, with
- * overflow-safe arithmetic, before it is used; a bad file gives -LOCKSTEP_EBADFILE and
- * a lockstep_load_error_t naming what was wrong and at which byte offset. Safetensors
- * and the pipelined loader are not written yet.
+ * This release reads GGUF (versions 2 and 3: header, every metadata value type, nested
+ * arrays included, tensor infos, general.alignment) and safetensors (8-byte header
+ * length, JSON header, __metadata__, every dtype of the format). Every size, count,
+ * offset, dimension and string is checked against the bytes that are actually there,
+ * with overflow-safe arithmetic, before it is used; a bad file gives
+ * -LOCKSTEP_EBADFILE and a lockstep_load_error_t naming what was wrong and at which
+ * byte offset. The pipelined loader is not written yet.
+ *
+ * Types: for GGUF, lockstep_tensor_info_t.type is the ggml type code; for safetensors
+ * it indexes the format's dtype list, and type_name is the dtype ("BF16", "F8_E4M3").
+ * Safetensors metadata appears as STRING values.
  *
  * Memory: the parsed model owns copies of every key, name and string; numeric arrays
  * point into the parsed buffer (the caller's, or the model's read-only mapping of the
@@ -20,7 +25,7 @@
 extern "C" {
 #endif
 
-#define LOCKSTEP_MAX_DIMS 4          /* GGUF's limit */
+#define LOCKSTEP_MAX_DIMS 8          /* safetensors; GGUF allows 4 */
 #define LOCKSTEP_MAX_KEY 256         /* metadata keys, bytes */
 #define LOCKSTEP_MAX_TENSOR_NAME 63  /* tensor names, bytes (GGML_MAX_NAME - 1, as llama.cpp) */
 #define LOCKSTEP_MAX_NESTING 16      /* arrays inside arrays */
@@ -70,7 +75,13 @@ typedef struct lockstep_tensor_info {
 
 typedef struct lockstep_model lockstep_model_t;
 
-/* Parse GGUF from memory (len bytes: the whole file). NULL with errno = EBADMSG
+typedef enum lockstep_format {
+    LOCKSTEP_FORMAT_GGUF = 1,
+    LOCKSTEP_FORMAT_SAFETENSORS = 2
+} lockstep_format_t;
+
+/* Parse a model file from memory (len bytes: the whole file); the format is told by
+ * its first bytes. NULL with errno = EBADMSG
  * (malformed; err says where) or ENOMEM; err may be NULL. */
 lockstep_model_t *lockstep_model_parse(const void *buf, size_t len, lockstep_load_error_t *err);
 
@@ -80,6 +91,8 @@ lockstep_model_t *lockstep_model_open(const char *path, lockstep_load_error_t *e
 
 void lockstep_model_free(lockstep_model_t *m);
 
+/* LOCKSTEP_FORMAT_GGUF or LOCKSTEP_FORMAT_SAFETENSORS, or -EINVAL. */
+int lockstep_model_format(const lockstep_model_t *m);
 uint32_t lockstep_model_version(const lockstep_model_t *m);
 uint64_t lockstep_model_alignment(const lockstep_model_t *m);
 uint64_t lockstep_model_data_offset(const lockstep_model_t *m);

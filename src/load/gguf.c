@@ -11,19 +11,13 @@
  * every offset and size is computed with overflow checks; nesting is bounded; keys and
  * tensor names are bounded, valid UTF-8 and unique; tensors lie inside the file, are
  * aligned, and do not overlap. Every failure names the byte offset. */
-#define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "lockstep/lockstep.h"
-#include "lockstep/load.h"
+#include "load_impl.h"
+
+#define GGUF_MAX_DIMS 4 /* GGML_MAX_DIMS */
 
 /* ---- ggml tensor types: elements per block, bytes per block ------------------------ */
 
@@ -47,89 +41,11 @@ static int ggml_type(uint32_t code)
     return -1;
 }
 
-/* ---- the model and its arena ---------------------------------------------------------- */
-
-struct block { struct block *next; size_t used, cap; char data[]; };
-
-struct lockstep_model {
-    void *map;
-    size_t map_len;
-    uint32_t version;
-    uint64_t alignment, data_offset;
-    size_t n_meta, n_tensors;
-    lockstep_meta_t *meta;
-    lockstep_tensor_info_t *tensors;
-    struct block *arena;
-};
-
-static void *arena_alloc(lockstep_model_t *m, size_t n)
-{
-    n = (n + 15) & ~(size_t)15;
-    if (!m->arena || m->arena->cap - m->arena->used < n) {
-        size_t cap = n > (64u << 10) ? n : (64u << 10);
-        struct block *b = malloc(sizeof *b + cap);
-        if (!b)
-            return NULL;
-        b->next = m->arena;
-        b->used = 0;
-        b->cap = cap;
-        m->arena = b;
-    }
-    void *p = m->arena->data + m->arena->used;
-    m->arena->used += n;
-    return p;
-}
-
-void lockstep_model_free(lockstep_model_t *m)
-{
-    if (!m)
-        return;
-    for (struct block *b = m->arena, *next; b; b = next) {
-        next = b->next;
-        free(b);
-    }
-    free(m->meta);
-    free(m->tensors);
-    if (m->map)
-        munmap(m->map, m->map_len);
-    free(m);
-}
-
-/* ---- the cursor --------------------------------------------------------------------- */
-
-struct rd {
-    const unsigned char *p;
-    uint64_t len, pos;
-    lockstep_load_error_t *err;
-    lockstep_model_t *m;
-    int nomem;
-};
-
-__attribute__((format(printf, 3, 4)))
-static int bad(struct rd *r, uint64_t at, const char *fmt, ...)
-{
-    if (r->err && r->err->code == 0) {
-        r->err->code = -LOCKSTEP_EBADFILE;
-        r->err->offset = at;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err->message, sizeof r->err->message, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-static int need(struct rd *r, uint64_t n, const char *what)
-{
-    if (n > r->len - r->pos)
-        return bad(r, r->pos, "truncated: %s needs %llu bytes, %llu left", what,
-                   (unsigned long long)n, (unsigned long long)(r->len - r->pos));
-    return 0;
-}
+/* ---- GGUF encodings ------------------------------------------------------------- */
 
 static int u32(struct rd *r, uint32_t *v, const char *what)
 {
-    if (need(r, 4, what))
+    if (ls_need(r, 4, what))
         return -1;
     memcpy(v, r->p + r->pos, 4); /* little-endian hosts only (x86-64, aarch64) */
     r->pos += 4;
@@ -138,46 +54,25 @@ static int u32(struct rd *r, uint32_t *v, const char *what)
 
 static int u64(struct rd *r, uint64_t *v, const char *what)
 {
-    if (need(r, 8, what))
+    if (ls_need(r, 8, what))
         return -1;
     memcpy(v, r->p + r->pos, 8);
     r->pos += 8;
     return 0;
 }
 
-static int utf8_valid(const unsigned char *s, uint64_t n)
-{
-    for (uint64_t i = 0; i < n;) {
-        unsigned c = s[i];
-        uint64_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || len > n - i)
-            return 0;
-        uint32_t cp = len == 1 ? c : c & (0x7fu >> len);
-        for (uint64_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3fu);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0; /* overlong, out of range, or a surrogate */
-        i += len;
-    }
-    return 1;
-}
-
 /* A string, copied NUL-terminated into the arena. max = 0: only the file bounds it. */
 static int str(struct rd *r, const char **out, uint64_t *len_out, uint64_t max, int utf8, const char *what)
 {
     uint64_t at = r->pos, n;
-    if (u64(r, &n, what) || need(r, n, what))
+    if (u64(r, &n, what) || ls_need(r, n, what))
         return -1;
     if (max && n > max)
-        return bad(r, at, "%s is %llu bytes long, more than %llu", what, (unsigned long long)n,
+        return ls_bad(r, at, "%s is %llu bytes long, more than %llu", what, (unsigned long long)n,
                    (unsigned long long)max);
-    if (utf8 && !utf8_valid(r->p + r->pos, n))
-        return bad(r, at, "%s is not valid UTF-8", what);
-    char *s = arena_alloc(r->m, (size_t)n + 1);
+    if (utf8 && !ls_utf8_valid(r->p + r->pos, n))
+        return ls_bad(r, at, "%s is not valid UTF-8", what);
+    char *s = ls_arena_alloc(r->m, (size_t)n + 1);
     if (!s) {
         r->nomem = 1;
         return -1;
@@ -209,14 +104,14 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
     out->type = type;
     uint64_t sz = scalar_size(type);
     if (sz) {
-        if (need(r, sz, "a metadata value"))
+        if (ls_need(r, sz, "a metadata value"))
             return -1;
         const unsigned char *p = r->p + r->pos;
         switch (type) {
         case LOCKSTEP_GGUF_U8: out->v.u = p[0]; break;
         case LOCKSTEP_GGUF_BOOL:
             if (p[0] > 1)
-                return bad(r, at, "a bool is %u, not 0 or 1", p[0]);
+                return ls_bad(r, at, "a bool is %u, not 0 or 1", p[0]);
             out->v.u = p[0];
             break;
         case LOCKSTEP_GGUF_I8: out->v.i = (int8_t)p[0]; break;
@@ -235,9 +130,9 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
     if (type == LOCKSTEP_GGUF_STRING)
         return str(r, &out->v.s, &out->count, 0, 0, "a string value");
     if (type != LOCKSTEP_GGUF_ARRAY)
-        return bad(r, at, "unknown metadata value type %u", type);
+        return ls_bad(r, at, "unknown metadata value type %u", type);
     if (depth >= LOCKSTEP_MAX_NESTING)
-        return bad(r, at, "arrays nested deeper than %d", LOCKSTEP_MAX_NESTING);
+        return ls_bad(r, at, "arrays nested deeper than %d", LOCKSTEP_MAX_NESTING);
     uint32_t et;
     uint64_t count;
     if (u32(r, &et, "an array's element type") || u64(r, &count, "an array's length"))
@@ -247,24 +142,24 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
     uint64_t esz = scalar_size(et);
     if (esz) { /* numbers: point at them */
         if (count > (r->len - r->pos) / esz)
-            return bad(r, at, "an array of %llu %llu-byte elements does not fit in the %llu bytes left",
+            return ls_bad(r, at, "an array of %llu %llu-byte elements does not fit in the %llu bytes left",
                        (unsigned long long)count, (unsigned long long)esz, (unsigned long long)(r->len - r->pos));
         if (et == LOCKSTEP_GGUF_BOOL)
             for (uint64_t k = 0; k < count; k++)
                 if (r->p[r->pos + k] > 1)
-                    return bad(r, r->pos + k, "a bool is %u, not 0 or 1", r->p[r->pos + k]);
+                    return ls_bad(r, r->pos + k, "a bool is %u, not 0 or 1", r->p[r->pos + k]);
         out->v.raw = r->p + r->pos;
         r->pos += count * esz;
         return 0;
     }
     if (et != LOCKSTEP_GGUF_STRING && et != LOCKSTEP_GGUF_ARRAY)
-        return bad(r, at + 8, "unknown array element type %u", et);
+        return ls_bad(r, at + 8, "unknown array element type %u", et);
     uint64_t min = et == LOCKSTEP_GGUF_STRING ? 8 : 12; /* the smallest element possible */
     if (count > (r->len - r->pos) / min)
-        return bad(r, at, "an array claims %llu elements; the %llu bytes left hold at most %llu",
+        return ls_bad(r, at, "an array claims %llu elements; the %llu bytes left hold at most %llu",
                    (unsigned long long)count, (unsigned long long)(r->len - r->pos),
                    (unsigned long long)((r->len - r->pos) / min));
-    lockstep_value_t *items = arena_alloc(r->m, (size_t)count * sizeof *items);
+    lockstep_value_t *items = ls_arena_alloc(r->m, (size_t)count * sizeof *items);
     if (!items && count) {
         r->nomem = 1;
         return -1;
@@ -278,26 +173,26 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
 
 /* ---- the file ----------------------------------------------------------------------- */
 
-static int parse(struct rd *r)
+int ls_parse_gguf(struct rd *r)
 {
     lockstep_model_t *m = r->m;
     uint32_t version;
-    if (need(r, 4, "the magic"))
+    if (ls_need(r, 4, "the magic"))
         return -1;
     if (memcmp(r->p, "GGUF", 4) != 0)
-        return bad(r, 0, "not a GGUF file (magic is not \"GGUF\")");
+        return ls_bad(r, 0, "not a GGUF file (magic is not \"GGUF\")");
     r->pos = 4;
     if (u32(r, &version, "the version"))
         return -1;
     if (version != 2 && version != 3)
-        return bad(r, 4, "GGUF version %u is not supported (2 and 3 are)", version);
+        return ls_bad(r, 4, "GGUF version %u is not supported (2 and 3 are)", version);
     m->version = version;
     uint64_t n_tensors, n_kv;
     if (u64(r, &n_tensors, "the tensor count") || u64(r, &n_kv, "the metadata count"))
         return -1;
     /* smallest key/value: 8-byte key length + 1-byte key + 4-byte type + 1-byte value */
     if (n_kv > (r->len - r->pos) / 14)
-        return bad(r, 16, "the file claims %llu metadata entries; it is too short for that many",
+        return ls_bad(r, 16, "the file claims %llu metadata entries; it is too short for that many",
                    (unsigned long long)n_kv);
     m->meta = calloc(n_kv ? (size_t)n_kv : 1, sizeof *m->meta);
     if (!m->meta) {
@@ -305,33 +200,54 @@ static int parse(struct rd *r)
         return -1;
     }
     m->alignment = 32;
+    uint64_t *key_at = calloc(n_kv ? (size_t)n_kv : 1, sizeof *key_at);
+    const char **keys = calloc(n_kv ? (size_t)n_kv : 1, sizeof *keys);
+    if (!key_at || !keys) {
+        free(key_at);
+        free(keys);
+        r->nomem = 1;
+        return -1;
+    }
+    int krc = -1;
     for (uint64_t k = 0; k < n_kv; k++) {
         lockstep_meta_t *e = &m->meta[k];
-        uint64_t at = r->pos, klen;
+        uint64_t at = key_at[k] = r->pos, klen;
         uint32_t type;
         if (str(r, &e->key, &klen, LOCKSTEP_MAX_KEY, 1, "a metadata key"))
-            return -1;
-        if (klen == 0)
-            return bad(r, at, "metadata entry %llu has an empty key", (unsigned long long)k);
-        for (uint64_t j = 0; j < k; j++)
-            if (strcmp(m->meta[j].key, e->key) == 0)
-                return bad(r, at, "metadata key \"%s\" appears twice", e->key);
+            goto kv_out;
+        if (klen == 0) {
+            ls_bad(r, at, "metadata entry %llu has an empty key", (unsigned long long)k);
+            goto kv_out;
+        }
         if (u32(r, &type, "a metadata type") || value(r, type, 0, &e->value))
-            return -1;
+            goto kv_out;
         m->n_meta = (size_t)k + 1;
         if (strcmp(e->key, "general.alignment") == 0) {
-            if (type != LOCKSTEP_GGUF_U32)
-                return bad(r, at, "general.alignment must be a u32, not type %u", type);
+            if (type != LOCKSTEP_GGUF_U32) {
+                ls_bad(r, at, "general.alignment must be a u32, not type %u", type);
+                goto kv_out;
+            }
             uint64_t a = e->value.v.u;
-            if (a == 0 || (a & (a - 1)) != 0)
-                return bad(r, at, "general.alignment is %llu, not a power of two", (unsigned long long)a);
+            if (a == 0 || (a & (a - 1)) != 0) {
+                ls_bad(r, at, "general.alignment is %llu, not a power of two", (unsigned long long)a);
+                goto kv_out;
+            }
             m->alignment = a;
         }
     }
 
+    for (uint64_t k = 0; k < n_kv; k++)
+        keys[k] = m->meta[k].key;
+    krc = ls_check_unique(r, keys, key_at, (size_t)n_kv, "metadata key");
+kv_out:
+    free(key_at);
+    free(keys);
+    if (krc)
+        return -1;
+
     /* smallest tensor info: 8-byte name length + 1 byte + u32 n_dims + u32 type + u64 offset */
     if (n_tensors > (r->len - r->pos) / 25)
-        return bad(r, 8, "the file claims %llu tensors; it is too short for that many",
+        return ls_bad(r, 8, "the file claims %llu tensors; it is too short for that many",
                    (unsigned long long)n_tensors);
     m->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *m->tensors);
     if (!m->tensors) {
@@ -350,18 +266,13 @@ static int parse(struct rd *r)
         if (str(r, &t->name, &nlen, LOCKSTEP_MAX_TENSOR_NAME, 1, "a tensor name"))
             goto out;
         if (nlen == 0) {
-            bad(r, at, "tensor %llu has an empty name", (unsigned long long)k);
+            ls_bad(r, at, "tensor %llu has an empty name", (unsigned long long)k);
             goto out;
         }
-        for (uint64_t j = 0; j < k; j++)
-            if (strcmp(m->tensors[j].name, t->name) == 0) {
-                bad(r, at, "tensor name \"%s\" appears twice", t->name);
-                goto out;
-            }
         if (u32(r, &t->n_dims, "a tensor's dimension count"))
             goto out;
-        if (t->n_dims > LOCKSTEP_MAX_DIMS) {
-            bad(r, r->pos - 4, "tensor \"%s\" has %u dimensions, more than %d", t->name, t->n_dims, LOCKSTEP_MAX_DIMS);
+        if (t->n_dims > GGUF_MAX_DIMS) {
+            ls_bad(r, r->pos - 4, "tensor \"%s\" has %u dimensions, more than %d", t->name, t->n_dims, GGUF_MAX_DIMS);
             goto out;
         }
         uint64_t elems = 1;
@@ -369,7 +280,7 @@ static int parse(struct rd *r)
             if (u64(r, &t->dims[d], "a tensor dimension"))
                 goto out;
             if (t->dims[d] > (uint64_t)INT64_MAX || (t->dims[d] && elems > (uint64_t)INT64_MAX / t->dims[d])) {
-                bad(r, r->pos - 8, "tensor \"%s\" has more than 2^63 elements", t->name);
+                ls_bad(r, r->pos - 8, "tensor \"%s\" has more than 2^63 elements", t->name);
                 goto out;
             }
             elems *= t->dims[d];
@@ -379,41 +290,54 @@ static int parse(struct rd *r)
             goto out;
         int ti = ggml_type(type);
         if (ti < 0) {
-            bad(r, r->pos - 4, "tensor \"%s\" has unknown type %u", t->name, type);
+            ls_bad(r, r->pos - 4, "tensor \"%s\" has unknown type %u", t->name, type);
             goto out;
         }
         t->type = type;
         t->type_name = ggml_types[ti].name;
         uint64_t block = ggml_types[ti].block;
         if (t->n_dims > 0 && t->dims[0] % block != 0) {
-            bad(r, at, "tensor \"%s\" (%s) has %llu columns, not a multiple of the %llu-element block",
+            ls_bad(r, at, "tensor \"%s\" (%s) has %llu columns, not a multiple of the %llu-element block",
                 t->name, t->type_name, (unsigned long long)t->dims[0], (unsigned long long)block);
             goto out;
         }
         if (t->n_dims == 0 && block != 1) {
-            bad(r, at, "tensor \"%s\" is 0-d but its type %s packs %llu elements per block",
+            ls_bad(r, at, "tensor \"%s\" is 0-d but its type %s packs %llu elements per block",
                 t->name, t->type_name, (unsigned long long)block);
             goto out;
         }
         uint64_t nblocks = elems / block;
         if (nblocks > UINT64_MAX / ggml_types[ti].bytes) {
-            bad(r, at, "tensor \"%s\" is larger than 2^64 bytes", t->name);
+            ls_bad(r, at, "tensor \"%s\" is larger than 2^64 bytes", t->name);
             goto out;
         }
         t->size = nblocks * ggml_types[ti].bytes;
         if (u64(r, &t->offset, "a tensor offset"))
             goto out;
         if (t->offset % m->alignment != 0) {
-            bad(r, r->pos - 8, "tensor \"%s\" offset %llu is not a multiple of the alignment %llu",
+            ls_bad(r, r->pos - 8, "tensor \"%s\" offset %llu is not a multiple of the alignment %llu",
                 t->name, (unsigned long long)t->offset, (unsigned long long)m->alignment);
             goto out;
         }
         m->n_tensors = (size_t)k + 1;
     }
+    {
+        const char **names = malloc((n_tensors ? (size_t)n_tensors : 1) * sizeof *names);
+        if (!names) {
+            r->nomem = 1;
+            goto out;
+        }
+        for (uint64_t k = 0; k < n_tensors; k++)
+            names[k] = m->tensors[k].name;
+        int urc = ls_check_unique(r, names, info_at, (size_t)n_tensors, "tensor name");
+        free(names);
+        if (urc)
+            goto out;
+    }
     /* data begins at the next multiple of the alignment */
     uint64_t pad = (m->alignment - r->pos % m->alignment) % m->alignment;
     if (pad > r->len - r->pos && n_tensors > 0) {
-        bad(r, r->pos, "truncated: the padding before the tensor data is missing");
+        ls_bad(r, r->pos, "truncated: the padding before the tensor data is missing");
         goto out;
     }
     m->data_offset = r->pos + pad;
@@ -421,149 +345,19 @@ static int parse(struct rd *r)
     for (uint64_t k = 0; k < n_tensors; k++) {
         lockstep_tensor_info_t *t = &m->tensors[k];
         if (t->offset > data_len || t->size > data_len - t->offset) {
-            bad(r, info_at[k], "tensor \"%s\" (%llu bytes at data offset %llu) ends past the end of the file "
+            ls_bad(r, info_at[k], "tensor \"%s\" (%llu bytes at data offset %llu) ends past the end of the file "
                 "(%llu bytes of data)", t->name, (unsigned long long)t->size, (unsigned long long)t->offset,
                 (unsigned long long)data_len);
             goto out;
         }
         t->offset += m->data_offset; /* absolute from here on */
     }
-    /* no two tensors share a byte: sort indices by offset, compare neighbours */
-    if (n_tensors > 1) {
-        size_t *idx = malloc((size_t)n_tensors * sizeof *idx);
-        if (!idx) {
-            r->nomem = 1;
-            goto out;
-        }
-        for (size_t k = 0; k < n_tensors; k++)
-            idx[k] = k;
-        for (size_t i = 1; i < n_tensors; i++) /* insertion sort: tensors come nearly sorted */
-            for (size_t j = i; j > 0 && m->tensors[idx[j - 1]].offset > m->tensors[idx[j]].offset; j--) {
-                size_t tmp = idx[j];
-                idx[j] = idx[j - 1];
-                idx[j - 1] = tmp;
-            }
-        for (size_t i = 1; i < n_tensors; i++) {
-            const lockstep_tensor_info_t *a = &m->tensors[idx[i - 1]], *b = &m->tensors[idx[i]];
-            if (a->size && b->size && a->offset + a->size > b->offset) {
-                bad(r, info_at[idx[i]], "tensors \"%s\" and \"%s\" overlap", a->name, b->name);
-                free(idx);
-                goto out;
-            }
-        }
-        free(idx);
-    }
+    /* no two tensors share a byte */
+    if (ls_check_overlap(r, info_at))
+        goto out;
     rc = 0;
 out:
     free(info_at);
     return rc;
 }
 
-lockstep_model_t *lockstep_model_parse(const void *buf, size_t len, lockstep_load_error_t *err)
-{
-    lockstep_load_error_t scratch;
-    if (!err)
-        err = &scratch;
-    memset(err, 0, sizeof *err);
-    if (!buf && len) {
-        err->code = -EINVAL;
-        errno = EINVAL;
-        return NULL;
-    }
-    lockstep_model_t *m = calloc(1, sizeof *m);
-    if (!m) {
-        err->code = -ENOMEM;
-        errno = ENOMEM;
-        return NULL;
-    }
-    struct rd r = {buf, len, 0, err, m, 0};
-    if (parse(&r) != 0) {
-        lockstep_model_free(m);
-        if (r.nomem) {
-            err->code = -ENOMEM;
-            snprintf(err->message, sizeof err->message, "out of memory");
-            errno = ENOMEM;
-        } else {
-            errno = EBADMSG;
-        }
-        return NULL;
-    }
-    return m;
-}
-
-lockstep_model_t *lockstep_model_open(const char *path, lockstep_load_error_t *err)
-{
-    lockstep_load_error_t scratch;
-    if (!err)
-        err = &scratch;
-    memset(err, 0, sizeof *err);
-    if (!path) {
-        err->code = -EINVAL;
-        errno = EINVAL;
-        return NULL;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        err->code = -e;
-        snprintf(err->message, sizeof err->message, "cannot open %s: %s", path, strerror(e));
-        errno = e;
-        return NULL;
-    }
-    size_t len = (size_t)st.st_size;
-    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) {
-        err->code = -e;
-        snprintf(err->message, sizeof err->message, "cannot map %s: %s", path, strerror(e));
-        errno = e;
-        return NULL;
-    }
-    lockstep_model_t *m = lockstep_model_parse(map, len, err);
-    if (!m) {
-        e = errno;
-        if (map)
-            munmap(map, len);
-        errno = e;
-        return NULL;
-    }
-    m->map = map;
-    m->map_len = len;
-    return m;
-}
-
-uint32_t lockstep_model_version(const lockstep_model_t *m) { return m ? m->version : 0; }
-uint64_t lockstep_model_alignment(const lockstep_model_t *m) { return m ? m->alignment : 0; }
-uint64_t lockstep_model_data_offset(const lockstep_model_t *m) { return m ? m->data_offset : 0; }
-size_t lockstep_model_meta_count(const lockstep_model_t *m) { return m ? m->n_meta : 0; }
-size_t lockstep_model_tensor_count(const lockstep_model_t *m) { return m ? m->n_tensors : 0; }
-
-const lockstep_meta_t *lockstep_model_meta(const lockstep_model_t *m, size_t i)
-{
-    return m && i < m->n_meta ? &m->meta[i] : NULL;
-}
-
-const lockstep_tensor_info_t *lockstep_model_tensor(const lockstep_model_t *m, size_t i)
-{
-    return m && i < m->n_tensors ? &m->tensors[i] : NULL;
-}
-
-const lockstep_meta_t *lockstep_model_meta_find(const lockstep_model_t *m, const char *key)
-{
-    for (size_t i = 0; m && key && i < m->n_meta; i++)
-        if (strcmp(m->meta[i].key, key) == 0)
-            return &m->meta[i];
-    return NULL;
-}
-
-const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t *m, const char *name)
-{
-    for (size_t i = 0; m && name && i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0)
-            return &m->tensors[i];
-    return NULL;
-}

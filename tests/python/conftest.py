@@ -1,6 +1,8 @@
 """Runs a function as N ranks in forked processes, each under a deadline."""
+import json
 import multiprocessing as mp
 import os
+import subprocess
 import time
 import traceback
 import uuid
@@ -48,3 +50,16 @@ def run_ranks(fn, size, timeout=120, expect_dead=()):
         assert procs[r].exitcode == -9, f"rank {r} should have been killed, exit code {procs[r].exitcode}"
     assert not [n for n in os.listdir("/dev/shm") if job in n], "segment left in /dev/shm"
     return results
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INFO = os.path.join(os.environ.get("LOCKSTEP_BUILD_DIR", os.path.join(ROOT, "build", "release")), "lockstep-info")
+
+
+def info(path):
+    """lockstep-info --json on path (the C reader's view of a model file)."""
+    if not os.path.exists(INFO):
+        pytest.skip(f"{INFO} is not built (scripts/test.sh builds it first)")
+    r = subprocess.run([INFO, str(path), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)

@@ -2,25 +2,15 @@
 every metadata value type (nested arrays included) and several tensor types, shapes
 and sizes read back exactly as gguf's own reader sees them; a damaged file gives the
 reader's error with a byte offset."""
-import json
 import os
 import subprocess
 
 import numpy as np
 import pytest
 
+from conftest import INFO, info
+
 gguf = pytest.importorskip("gguf")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INFO = os.path.join(os.environ.get("LOCKSTEP_BUILD_DIR", os.path.join(ROOT, "build", "release")), "lockstep-info")
-if not os.path.exists(INFO):
-    pytest.skip(f"{INFO} is not built (scripts/test.sh builds it first)", allow_module_level=True)
-
-
-def info(path):
-    r = subprocess.run([INFO, str(path), "--json"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def write(path, alignment=None):
@@ -104,7 +94,7 @@ def test_damaged_files_are_named_with_an_offset(tmp_path):
     cut.write_bytes(data[: len(data) - 100])  # tensor data cut short
     r = subprocess.run([INFO, str(cut)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
-    assert "bad GGUF file at byte" in r.stderr and "past the end of the file" in r.stderr
+    assert "bad model file at byte" in r.stderr and "past the end of the file" in r.stderr
     cut.write_bytes(data[:30])  # cut inside the first key
     r = subprocess.run([INFO, str(cut)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "bad GGUF file at byte 16" in r.stderr and "too short" in r.stderr
+    assert r.returncode == 1 and "bad model file at byte 16" in r.stderr and "too short" in r.stderr

@@ -1,5 +1,7 @@
-/* libFuzzer target for the GGUF reader: parse arbitrary bytes; when they parse, walk
- * every metadata value and tensor so that any wrong pointer or length is touched.
+/* libFuzzer target for the model readers (GGUF, safetensors: lockstep_model_parse picks
+ * by the first bytes; each reader is run with its own seed corpus): parse arbitrary
+ * bytes; when they parse, walk every metadata value and tensor so that any wrong
+ * pointer or length is touched.
  * Built and run by scripts/fuzz.sh (clang, ASan + UBSan). */
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,45 @@
+/* The model object, its arena and the bounds-checked cursor, shared by the format
+ * readers (gguf.c, safetensors.c). Not installed. */
+#ifndef LOCKSTEP_LOAD_IMPL_H
+#define LOCKSTEP_LOAD_IMPL_H
+
+#include <stdint.h>
+
+#include "lockstep/lockstep.h"
+#include "lockstep/load.h"
+
+struct block { struct block *next; size_t used, cap; char data[]; };
+
+struct lockstep_model {
+    void *map;
+    size_t map_len;
+    uint32_t format;   /* lockstep_format_t */
+    uint32_t version;
+    uint64_t alignment, data_offset;
+    size_t n_meta, n_tensors;
+    lockstep_meta_t *meta;
+    lockstep_tensor_info_t *tensors;
+    struct block *arena;
+};
+
+struct rd {
+    const unsigned char *p;
+    uint64_t len, pos;
+    lockstep_load_error_t *err;
+    lockstep_model_t *m;
+    int nomem;
+};
+
+void *ls_arena_alloc(lockstep_model_t *m, size_t n);
+__attribute__((format(printf, 3, 4))) int ls_bad(struct rd *r, uint64_t at, const char *fmt, ...);
+int ls_need(struct rd *r, uint64_t n, const char *what);
+int ls_utf8_valid(const unsigned char *s, uint64_t n);
+/* names[0..n) pairwise different (sorted, so O(n log n)); at: where each was declared */
+int ls_check_unique(struct rd *r, const char *const *names, const uint64_t *at, size_t n, const char *what);
+/* [lo, hi) of tensors sorted by offset must not overlap; info_at: where each was declared */
+int ls_check_overlap(struct rd *r, const uint64_t *info_at);
+
+int ls_parse_gguf(struct rd *r);
+int ls_parse_safetensors(struct rd *r);
+
+#endif

@@ -34,6 +34,10 @@ void *ls_arena_alloc(lockstep_model_t *m, size_t n);
 __attribute__((format(printf, 3, 4))) int ls_bad(struct rd *r, uint64_t at, const char *fmt, ...);
 int ls_need(struct rd *r, uint64_t n, const char *what);
 int ls_utf8_valid(const unsigned char *s, uint64_t n);
+/* Indices 0..n-1 sorted by cmp(ctx) (NULL, with r->nomem set, when out of memory). */
+size_t *ls_sorted_index(struct rd *r, size_t n, int (*cmp)(const void *, const void *, void *), void *ctx);
+/* qsort_r comparator: tensor indices by offset; ctx is the tensor array */
+int ls_cmp_offsets(const void *a, const void *b, void *ctx);
 /* names[0..n) pairwise different (sorted, so O(n log n)); at: where each was declared */
 int ls_check_unique(struct rd *r, const char *const *names, const uint64_t *at, size_t n, const char *what);
 /* [lo, hi) of tensors sorted by offset must not overlap; info_at: where each was declared */

@@ -94,6 +94,19 @@ int ls_utf8_valid(const unsigned char *s, uint64_t n)
 }
 
 
+size_t *ls_sorted_index(struct rd *r, size_t n, int (*cmp)(const void *, const void *, void *), void *ctx)
+{
+    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    if (!idx) {
+        r->nomem = 1;
+        return NULL;
+    }
+    for (size_t k = 0; k < n; k++)
+        idx[k] = k;
+    qsort_r(idx, n, sizeof *idx, cmp, ctx); /* O(n log n): no quadratic scan to exploit */
+    return idx;
+}
+
 static int cmp_names(const void *a, const void *b, void *ctx)
 {
     const char *const *names = ctx;
@@ -102,16 +115,9 @@ static int cmp_names(const void *a, const void *b, void *ctx)
 
 int ls_check_unique(struct rd *r, const char *const *names, const uint64_t *at, size_t n, const char *what)
 {
-    if (n < 2)
-        return 0;
-    size_t *idx = malloc(n * sizeof *idx);
-    if (!idx) {
-        r->nomem = 1;
+    size_t *idx = ls_sorted_index(r, n, cmp_names, (void *)names);
+    if (!idx)
         return -1;
-    }
-    for (size_t k = 0; k < n; k++)
-        idx[k] = k;
-    qsort_r(idx, n, sizeof *idx, cmp_names, (void *)names); /* O(n log n): no quadratic scan to exploit */
     int rc = 0;
     for (size_t i = 1; i < n && rc == 0; i++)
         if (strcmp(names[idx[i - 1]], names[idx[i]]) == 0) {
@@ -122,7 +128,7 @@ int ls_check_unique(struct rd *r, const char *const *names, const uint64_t *at, 
     return rc;
 }
 
-static int cmp_offsets(const void *a, const void *b, void *ctx)
+int ls_cmp_offsets(const void *a, const void *b, void *ctx)
 {
     const lockstep_tensor_info_t *t = ctx;
     uint64_t x = t[*(const size_t *)a].offset, y = t[*(const size_t *)b].offset;
@@ -132,19 +138,11 @@ static int cmp_offsets(const void *a, const void *b, void *ctx)
 int ls_check_overlap(struct rd *r, const uint64_t *info_at)
 {
     lockstep_model_t *m = r->m;
-    size_t n = m->n_tensors;
-    if (n < 2)
-        return 0;
-    size_t *idx = malloc(n * sizeof *idx);
-    if (!idx) {
-        r->nomem = 1;
+    size_t *idx = ls_sorted_index(r, m->n_tensors, ls_cmp_offsets, m->tensors);
+    if (!idx)
         return -1;
-    }
-    for (size_t k = 0; k < n; k++)
-        idx[k] = k;
-    qsort_r(idx, n, sizeof *idx, cmp_offsets, m->tensors);
     int rc = 0;
-    for (size_t i = 1; i < n && rc == 0; i++) {
+    for (size_t i = 1; i < m->n_tensors && rc == 0; i++) {
         const lockstep_tensor_info_t *a = &m->tensors[idx[i - 1]], *b = &m->tensors[idx[i]];
         if (a->size && b->size && a->offset + a->size > b->offset)
             rc = ls_bad(r, info_at[idx[i]], "tensors \"%s\" and \"%s\" overlap", a->name, b->name);

@@ -166,21 +166,6 @@ static int juint(struct rd *r, uint64_t end, uint64_t *out, const char *what)
     return 0;
 }
 
-/* ---- sorting helpers shared with the checks ------------------------------------------- */
-
-static int by_name(const void *a, const void *b, void *ctx)
-{
-    const lockstep_tensor_info_t *t = ctx;
-    return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
-}
-
-static int by_offset(const void *a, const void *b, void *ctx)
-{
-    const lockstep_tensor_info_t *t = ctx;
-    uint64_t x = t[*(const size_t *)a].offset, y = t[*(const size_t *)b].offset;
-    return x < y ? -1 : x > y;
-}
-
 /* ---- the file -------------------------------------------------------------------------- */
 
 static int grow(lockstep_model_t *m, size_t *cap, int tensors)
@@ -379,9 +364,9 @@ int ls_parse_safetensors(struct rd *r)
     m->data_offset = end;
     m->alignment = 1;
     uint64_t data_len = r->len - end;
-    size_t nt = m->n_tensors;
-    size_t *idx = malloc((nt ? nt : 1) * sizeof *idx);
-    if (!idx) {
+    size_t nt = m->n_tensors, *idx = NULL;
+    const char **names = malloc((nt ? nt : 1) * sizeof *names);
+    if (!names) {
         r->nomem = 1;
         goto out;
     }
@@ -407,17 +392,14 @@ int ls_parse_safetensors(struct rd *r)
         }
         t->offset = b; /* relative while checking the tiling */
         t->size = size;
-        idx[k] = k;
+        names[k] = t->name;
     }
-    /* names unique */
-    qsort_r(idx, nt, sizeof *idx, by_name, m->tensors);
-    for (size_t i = 1; i < nt; i++)
-        if (strcmp(m->tensors[idx[i - 1]].name, m->tensors[idx[i]].name) == 0) {
-            ls_bad(r, info_at[idx[i]], "tensor name \"%s\" appears twice", m->tensors[idx[i]].name);
-            goto out_idx;
-        }
+    if (ls_check_unique(r, names, info_at, nt, "tensor name"))
+        goto out_idx;
     /* the entries tile the data section exactly */
-    qsort_r(idx, nt, sizeof *idx, by_offset, m->tensors);
+    idx = ls_sorted_index(r, nt, ls_cmp_offsets, m->tensors);
+    if (!idx)
+        goto out_idx;
     uint64_t expect_at = 0;
     for (size_t i = 0; i < nt; i++) {
         const lockstep_tensor_info_t *t = &m->tensors[idx[i]];
@@ -439,6 +421,7 @@ int ls_parse_safetensors(struct rd *r)
     rc = 0;
 out_idx:
     free(idx);
+    free(names);
 out:
     free(spans);
     free(info_at);

@@ -10,9 +10,12 @@
  *      `size` ranks have joined;
  *   4. everybody unlinks the name (all but the first get ENOENT). From here on the
  *      segment lives only in our mappings, so a crash of any rank leaks nothing.
- * On any failure before 4 the rank unlinks the name too. */
+ * On any failure before 4 the rank unlinks the name too. If rank 0 is killed between
+ * 1 and 4, the next rank 0 of any job on the machine sweeps the name away: a segment
+ * whose creator is dead can never complete its rendezvous. */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -408,6 +411,47 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
+/* Is the lockstep segment behind fd abandoned: its header readable and its creator dead?
+ * Such a rendezvous can never complete, and a completed one is unlinked already, so
+ * its name is garbage. */
+static int abandoned(int fd)
+{
+    struct stat st;
+    int dead = 0;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
+        ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+        if (h != MAP_FAILED) {
+            dead = h->creator_pid > 0 && !pid_alive(h->creator_pid);
+            munmap(h, sizeof *h);
+        }
+    }
+    return dead;
+}
+
+/* Unlink every /dev/shm/lockstep-* left by a rank 0 that died during a rendezvous
+ * (after creating the name, before every rank had mapped it). */
+static void sweep_abandoned(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "lockstep-", 9) != 0 || strlen(e->d_name) > 250)
+            continue;
+        char name[sizeof e->d_name + 1];
+        name[0] = '/';
+        memcpy(name + 1, e->d_name, strlen(e->d_name) + 1);
+        int fd = shm_open(name, O_RDONLY, 0);
+        if (fd < 0)
+            continue;
+        if (abandoned(fd))
+            shm_unlink(name);
+        close(fd);
+    }
+    closedir(d);
+}
+
 /* Rank 0: create the segment exclusively, replacing a stale one. Returns the fd or -errno. */
 static int create_segment(const char *name, size_t total)
 {
@@ -424,19 +468,11 @@ static int create_segment(const char *name, size_t total)
         }
         if (errno != EEXIST)
             return -errno;
-        /* someone's segment: stale if its creator is dead (or never finished) */
-        int old = shm_open(name, O_RDWR, 0600);
+        /* someone's segment: stale if its creator is dead */
+        int old = shm_open(name, O_RDONLY, 0);
         if (old < 0)
             continue;
-        struct stat st;
-        int stale = 1;
-        if (fstat(old, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
-            ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, old, 0);
-            if (h != MAP_FAILED) {
-                stale = !pid_alive(h->creator_pid);
-                munmap(h, sizeof *h);
-            }
-        }
+        int stale = abandoned(old);
         close(old);
         if (!stale)
             return -EEXIST;
@@ -490,6 +526,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     uint64_t deadline = c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
     int fd = -1;
     if (p->rank == 0) {
+        sweep_abandoned();
         fd = create_segment(name, want.total);
         if (fd < 0) {
             err = -fd;

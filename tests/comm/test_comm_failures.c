@@ -207,6 +207,23 @@ static void test_rendezvous(void)
     CHECK_EQ(shm_entries_with(job), 0);
     lockstep_comm_free(c);
 
+    /* an abandoned segment of another job (its rank 0 killed mid-rendezvous) is swept
+     * away by the next rank 0 of any job */
+    char other[96], other_name[160];
+    harness_job(other, sizeof other, "abandoned");
+    snprintf(other_name, sizeof other_name, "/lockstep-%s", other);
+    fd = shm_open(other_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    hdr[2] = (int32_t)dead;
+    CHECK(ftruncate(fd, 4096) == 0);
+    CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
+    close(fd);
+    CHECK_EQ(shm_entries_with(other), 1);
+    c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    CHECK_EQ(shm_entries_with(other), 0);
+    lockstep_comm_free(c);
+
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);
     hdr[2] = (int32_t)getpid(); /* alive: us */

@@ -34,6 +34,14 @@ def _code(table, value, what):
         raise ValueError(f"{what} must be one of {', '.join(sorted(table))}, not {value!r}") from None
 
 
+def _check_tensor(t):
+    """A torch tensor lockstep can hand to C: in CPU memory and contiguous."""
+    if t.device.type != "cpu":
+        raise ValueError(f"lockstep needs CPU tensors; this one is on {t.device} (use .cpu())")
+    if not t.is_contiguous():
+        raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
+
+
 def _torch_code(t):
     if not _TORCH_DTYPES:
         import torch
@@ -41,10 +49,7 @@ def _torch_code(t):
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
         raise TypeError(f"allreduce supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
-    if t.device.type != "cpu":
-        raise ValueError(f"lockstep reduces CPU tensors; this one is on {t.device} (use .cpu())")
-    if not t.is_contiguous():
-        raise ValueError("allreduce needs a contiguous tensor (use .contiguous() and copy back)")
+    _check_tensor(t)
     return code
 
 
@@ -59,10 +64,7 @@ def _bytes_view(buf):
     if not _is_tensor(buf):
         return buf
     import torch
-    if buf.device.type != "cpu":
-        raise ValueError(f"lockstep moves CPU tensors; this one is on {buf.device} (use .cpu())")
-    if not buf.is_contiguous():
-        raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
+    _check_tensor(buf)
     return buf.reshape(-1).view(torch.uint8).numpy()
 
 

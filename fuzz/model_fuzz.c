@@ -1,13 +1,15 @@
 /* libFuzzer target for the model readers (GGUF, safetensors: lockstep_model_parse picks
  * by the first bytes; each reader is run with its own seed corpus): parse arbitrary
  * bytes; when they parse, walk every metadata value and tensor so that any wrong
- * pointer or length is touched.
+ * pointer or length is touched, and run the loader's value check (check.c) over every
+ * tensor's bytes, as lockstep_load's check does.
  * Built and run by scripts/fuzz.sh (clang, ASan + UBSan). */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "lockstep/load.h"
+#include "../src/load/load_impl.h"
 
 static uint64_t sink;
 
@@ -48,6 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap(); /* a tensor the reader accepted must lie inside the input */
         if (t->size)
             sink += data[t->offset] + data[t->offset + t->size - 1];
+        uint64_t where = 0;
+        if (ls_check_bytes(t->type_name, data + t->offset, t->size, &where) && where >= t->size)
+            __builtin_trap(); /* a bad value is reported inside its tensor */
     }
     lockstep_model_free(m);
     return 0;

@@ -13,7 +13,7 @@ fi
 out=build/fuzz
 mkdir -p "$out"
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude"
-"$cc" $flags -o "$out/model_fuzz" fuzz/model_fuzz.c src/load/model.c src/load/gguf.c src/load/safetensors.c
+"$cc" $flags -o "$out/model_fuzz" fuzz/model_fuzz.c src/load/model.c src/load/gguf.c src/load/safetensors.c src/load/check.c
 for reader in gguf safetensors; do
   work="$out/corpus-$reader"
   rm -rf "$work"

@@ -6,7 +6,7 @@
  * offset, dimension and string is checked against the bytes that are actually there,
  * with overflow-safe arithmetic, before it is used; a bad file gives
  * -LOCKSTEP_EBADFILE and a lockstep_load_error_t naming what was wrong and at which
- * byte offset. The pipelined loader is not written yet.
+ * byte offset. lockstep_load (below) moves tensors into memory: see its comment.
  *
  * Types: for GGUF, lockstep_tensor_info_t.type is the ggml type code; for safetensors
  * it indexes the format's dtype list, and type_name is the dtype ("BF16", "F8_E4M3").
@@ -68,7 +68,8 @@ typedef struct lockstep_tensor_info {
     uint32_t type;           /* ggml type code */
     const char *type_name;   /* "F32", "Q4_K", ... */
     uint32_t n_dims;
-    uint64_t dims[LOCKSTEP_MAX_DIMS];  /* dims[0] varies fastest, as in GGUF */
+    uint64_t dims[LOCKSTEP_MAX_DIMS];  /* as the file orders them: GGUF innermost first
+                                          (ne[0]); safetensors outermost first (shape) */
     uint64_t offset;         /* absolute byte offset of the data in the file */
     uint64_t size;           /* bytes */
 } lockstep_tensor_info_t;
@@ -102,6 +103,112 @@ const lockstep_meta_t *lockstep_model_meta_find(const lockstep_model_t *m, const
 size_t lockstep_model_tensor_count(const lockstep_model_t *m);
 const lockstep_tensor_info_t *lockstep_model_tensor(const lockstep_model_t *m, size_t i);
 const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t *m, const char *name);
+
+
+/* ---- the loader ------------------------------------------------------------------------
+ *
+ * lockstep_load opens a model file and moves every tensor (or those named) into a
+ * destination. Modes:
+ *   ALIAS     host only: each tensor points into a read-only mapping of the file (no
+ *             copy; the weights exist once, in the page cache).
+ *   COPY      direct I/O (O_DIRECT, aligned as statx STATX_DIOALIGN says, else the
+ *             logical block size) with n_readers large reads in flight. If the file
+ *             system or the buffer refuses direct I/O, the load continues with buffered
+ *             reads from the same offset (stats.direct_fallback says where).
+ *   BUFFERED  buffered pread, n_readers in flight.
+ *   AUTO      ALIAS never; BUFFERED when the selected bytes are already in the page
+ *             cache (mincore says >= 90 % resident: direct reads would gain nothing),
+ *             otherwise COPY.
+ * Destinations: with dest == NULL the loader allocates one region (host: anonymous,
+ * transparent huge pages, pages pre-faulted in parallel ahead of the reads, data read
+ * straight into place; CUDA: one device allocation) and lockstep_loaded_data gives
+ * each tensor's address. With dest set, dest(dest_arg, info) returns where each selected
+ * tensor goes (a host pointer, or a device pointer for the CUDA sink; NULL fails the
+ * load with -EINVAL), and the data goes through staging buffers.
+ * CUDA sink: the CUDA runtime (libcudart) is loaded at run time; pinned staging
+ * buffers in a ring, one event each, host-to-device copies overlapped with the next
+ * reads. No runtime or no device: -ENODEV.
+ * progress(arg, done, total) is called after every chunk, from one thread at a time,
+ * with done increasing; a non-zero return cancels the load (-ECANCELED).
+ * check: F32/F16/BF16/F64/F8 tensors are scanned for NaN and Inf, and the scales of
+ * quantized ggml blocks for NaN/Inf, overlapped with the reads; a bad value fails the
+ * load with -LOCKSTEP_EBADFILE, the tensor's name and the value's file offset in err.
+ * Memory: destinations are complete when lockstep_load returns; nothing is written
+ * after an error except the chunks already in flight, which finish first. */
+
+typedef enum lockstep_load_mode {
+    LOCKSTEP_LOAD_AUTO = 0,
+    LOCKSTEP_LOAD_ALIAS = 1,
+    LOCKSTEP_LOAD_COPY = 2,
+    LOCKSTEP_LOAD_BUFFERED = 3
+} lockstep_load_mode_t;
+
+typedef enum lockstep_load_sink {
+    LOCKSTEP_SINK_HOST = 0,
+    LOCKSTEP_SINK_CUDA = 1
+} lockstep_load_sink_t;
+
+typedef int (*lockstep_load_progress_fn)(void *arg, uint64_t done, uint64_t total);
+typedef void *(*lockstep_load_dest_fn)(void *arg, const lockstep_tensor_info_t *t);
+
+typedef struct lockstep_load_params {
+    lockstep_load_mode_t mode;
+    lockstep_load_sink_t sink;
+    int device;                    /* CUDA device ordinal */
+    const char *const *names;      /* tensors to load; NULL = all */
+    size_t n_names;                /* an unknown name fails with -ENOENT */
+    lockstep_load_dest_fn dest;    /* NULL: the loader allocates */
+    void *dest_arg;
+    int check;                     /* scan for NaN/Inf and bad block scales */
+    lockstep_load_progress_fn progress;
+    void *progress_arg;
+    int n_readers;                 /* reads in flight, 1..64 (0 = 2, measured) */
+    size_t chunk_bytes;            /* bytes per read (0 = 4 MiB, measured) */
+} lockstep_load_params_t;
+
+typedef struct lockstep_load_stats {
+    uint64_t bytes;                /* tensor bytes delivered */
+    double seconds;                /* wall time of lockstep_load */
+    double cpu_seconds;            /* process CPU time (user + system) during it */
+    lockstep_load_mode_t mode;     /* what AUTO resolved to */
+    int direct_fallback;           /* COPY: 1 if direct I/O was refused */
+    uint64_t fallback_offset;      /* file offset where buffered reads took over */
+    double resident;               /* fraction of the selection in the page cache before */
+} lockstep_load_stats_t;
+
+typedef struct lockstep_loaded lockstep_loaded_t;
+
+/* AUTO, host, all tensors, no check, 2 readers, 4 MiB chunks. */
+lockstep_load_params_t lockstep_load_params_default(void);
+
+/* Load path as params say (NULL params = defaults). NULL with errno on failure:
+ * EINVAL (bad params: unknown mode or sink, ALIAS with the CUDA sink or with dest,
+ * n_readers out of range, dest returned NULL), ENOENT (a name not in the file),
+ * EBADMSG (a malformed file, or check found a bad value: err says what and where),
+ * ECANCELED (progress asked), ENODEV (CUDA sink without runtime or device), ENOMEM,
+ * EIO and the other read(2) errors; err (may be NULL) gets the code and a message. */
+lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t *params,
+                                 lockstep_load_error_t *err);
+
+/* The parsed file (metadata and tensor table), owned by the loaded object. */
+const lockstep_model_t *lockstep_loaded_model(const lockstep_loaded_t *l);
+
+/* Where tensor i (index in the model's table) was put: a host pointer (read-only in
+ * ALIAS mode), a device pointer for the CUDA sink, what dest returned; NULL when it
+ * was not selected or i is out of range. */
+void *lockstep_loaded_data(const lockstep_loaded_t *l, size_t i);
+
+/* The region the loader allocated or mapped (host sink, dest == NULL): base and
+ * length; tensors lie inside it. -EINVAL otherwise. */
+int lockstep_loaded_region(const lockstep_loaded_t *l, void **base, size_t *len);
+
+int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out);
+
+/* Free everything the load allocated (not caller destinations). NULL is a no-op. */
+void lockstep_loaded_free(lockstep_loaded_t *l);
+
+/* 1 if the CUDA runtime loads and reports a device, 0 if not. */
+int lockstep_cuda_available(void);
 
 #ifdef __cplusplus
 }

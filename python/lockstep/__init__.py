@@ -11,13 +11,18 @@ Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeout
 different collectives). After one of these the communicator is broken on every rank.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError
 (not a buffer, unsupported dtype).
+
+    meta, tensors = lockstep.load("model.gguf")   # or .safetensors; see lockstep.load
 """
 from numpy import ndarray as _ndarray
 
 from . import _lockstep
-from ._lockstep import CommError, CommTimeoutError, MismatchError, PeerDiedError
+from ._lockstep import (BadFileError, CommError, CommTimeoutError, LoadCancelled, LoadError,
+                        MismatchError, PeerDiedError)
+from .load import load
 
-__all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "__version__"]
+__all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError",
+           "load", "LoadError", "BadFileError", "LoadCancelled", "__version__"]
 __version__ = _lockstep.version
 
 _OPS = {"sum": 0, "max": 1, "min": 2}

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "load_module.h"
 #include "lockstep/lockstep.h"
 
 static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError;
@@ -399,5 +400,9 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyModule_AddObject(m, "CommTimeoutError", Py_NewRef(CommTimeoutError));
     PyModule_AddObject(m, "MismatchError", Py_NewRef(MismatchError));
     PyModule_AddStringConstant(m, "version", lockstep_version());
+    if (lockstep_py_add_load(m) != 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

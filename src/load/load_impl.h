@@ -43,6 +43,12 @@ int ls_check_unique(struct rd *r, const char *const *names, const uint64_t *at, 
 /* [lo, hi) of tensors sorted by offset must not overlap; info_at: where each was declared */
 int ls_check_overlap(struct rd *r, const uint64_t *info_at);
 
+/* check.c: the bytes of one element or block of the type (1 when it has no checks),
+ * and a scan of n bytes (whole units) for NaN/Inf values or scales; -1 with *where =
+ * the bad unit's byte offset in p. */
+unsigned ls_check_unit(const char *type_name);
+int ls_check_bytes(const char *type_name, const unsigned char *p, uint64_t n, uint64_t *where);
+
 int ls_parse_gguf(struct rd *r);
 int ls_parse_safetensors(struct rd *r);
 

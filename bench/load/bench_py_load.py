@@ -1,0 +1,56 @@
+"""The load benchmark's Python baselines, one measurement per run:
+
+  python bench_py_load.py IMPL FILE cold|warm DROP_EXE
+
+IMPL: safetensors.numpy (safetensors.numpy.load_file) or gguf (gguf.GGUFReader, then
+every tensor's data copied out of its memory map into an array, which is what using
+them costs). DROP_EXE is lockstep_bench_load, whose `drop` empties the page cache of
+the file and checks it with mincore. Prints the same two JSON rows as the C side."""
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main():
+    impl, path, state, drop = sys.argv[1:5]
+    if impl == "safetensors.numpy":
+        from safetensors.numpy import load_file
+    else:
+        import gguf
+    if state == "cold":
+        subprocess.run([drop, "drop", path], check=True)
+    else:
+        with open(path, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    size = os.path.getsize(path)
+    prime = np.ones(size + (64 << 20), dtype=np.uint8)  # as the C side: memory supplied first
+    del prime
+    t0, c0 = time.perf_counter(), cpu()
+    if impl == "safetensors.numpy":
+        tensors = load_file(path)
+        nbytes = sum(v.nbytes for v in tensors.values())
+    else:
+        reader = gguf.GGUFReader(path)
+        tensors = [np.array(t.data) for t in reader.tensors]
+        nbytes = sum(int(t.n_bytes) for t in reader.tensors)
+    secs, cpus = time.perf_counter() - t0, cpu() - c0
+    fmt = path.rsplit(".", 1)[-1]
+    gb = nbytes / 1e9
+    for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)]:
+        print(json.dumps({"workload": f"{fmt} {state} {unit}", "impl": impl, "param": nbytes,
+                          "unit": unit, "reps": [round(value, 4)]}))
+
+
+if __name__ == "__main__":
+    main()

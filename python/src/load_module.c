@@ -1,0 +1,334 @@
+/* _lockstep.load: the loader for Python. Returns a Loaded object that owns the
+ * lockstep_loaded_t and exports its region through the buffer protocol (read-only in
+ * alias mode), with the metadata, the tensor table and the stats; lockstep/load.py
+ * turns it into numpy arrays that view the region, so no byte is copied twice. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+
+#include "lockstep/lockstep.h"
+#include "load_module.h"
+
+static PyObject *LoadError, *BadFileError, *LoadCancelled;
+
+typedef struct {
+    PyObject_HEAD
+    lockstep_loaded_t *l;
+    void *base;
+    size_t len;
+    int readonly;
+    PyObject *meta, *tensors, *stats;
+} LoadedObject;
+
+static void loaded_dealloc(LoadedObject *self)
+{
+    Py_XDECREF(self->meta);
+    Py_XDECREF(self->tensors);
+    Py_XDECREF(self->stats);
+    lockstep_loaded_free(self->l);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int loaded_getbuffer(LoadedObject *self, Py_buffer *view, int flags)
+{
+    static char empty;
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->base ? self->base : &empty,
+                             (Py_ssize_t)self->len, self->readonly, flags);
+}
+
+static PyBufferProcs loaded_as_buffer = {(getbufferproc)loaded_getbuffer, NULL};
+
+static PyObject *loaded_get(LoadedObject *self, void *which)
+{
+    PyObject *o = which == (void *)0 ? self->meta : which == (void *)1 ? self->tensors : self->stats;
+    return Py_NewRef(o);
+}
+
+static PyGetSetDef loaded_getset[] = {
+    {"meta", (getter)loaded_get, NULL, "list of (key, value)", (void *)0},
+    {"tensors", (getter)loaded_get, NULL, "list of (name, type, dims, offset in region, size)", (void *)1},
+    {"stats", (getter)loaded_get, NULL, "dict: bytes, seconds, cpu_seconds, mode, ...", (void *)2},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject LoadedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lockstep._lockstep.Loaded",
+    .tp_basicsize = sizeof(LoadedObject),
+    .tp_dealloc = (destructor)loaded_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "tensors loaded by lockstep_load; a buffer over their memory",
+    .tp_as_buffer = &loaded_as_buffer,
+    .tp_getset = loaded_getset,
+};
+
+/* ---- metadata values to Python -------------------------------------------------------- */
+
+static PyObject *scalar(uint32_t type, const unsigned char *p)
+{
+    switch (type) {
+    case LOCKSTEP_GGUF_U8: return PyLong_FromUnsignedLong(p[0]);
+    case LOCKSTEP_GGUF_I8: return PyLong_FromLong((int8_t)p[0]);
+    case LOCKSTEP_GGUF_BOOL: return PyBool_FromLong(p[0] != 0);
+    case LOCKSTEP_GGUF_U16: { uint16_t x; memcpy(&x, p, 2); return PyLong_FromUnsignedLong(x); }
+    case LOCKSTEP_GGUF_I16: { int16_t x; memcpy(&x, p, 2); return PyLong_FromLong(x); }
+    case LOCKSTEP_GGUF_U32: { uint32_t x; memcpy(&x, p, 4); return PyLong_FromUnsignedLong(x); }
+    case LOCKSTEP_GGUF_I32: { int32_t x; memcpy(&x, p, 4); return PyLong_FromLong(x); }
+    case LOCKSTEP_GGUF_F32: { float x; memcpy(&x, p, 4); return PyFloat_FromDouble(x); }
+    case LOCKSTEP_GGUF_U64: { uint64_t x; memcpy(&x, p, 8); return PyLong_FromUnsignedLongLong(x); }
+    case LOCKSTEP_GGUF_I64: { int64_t x; memcpy(&x, p, 8); return PyLong_FromLongLong(x); }
+    case LOCKSTEP_GGUF_F64: { double x; memcpy(&x, p, 8); return PyFloat_FromDouble(x); }
+    }
+    PyErr_Format(PyExc_ValueError, "unknown metadata type %u", type);
+    return NULL;
+}
+
+static Py_ssize_t scalar_size(uint32_t t)
+{
+    switch (t) {
+    case LOCKSTEP_GGUF_U8: case LOCKSTEP_GGUF_I8: case LOCKSTEP_GGUF_BOOL: return 1;
+    case LOCKSTEP_GGUF_U16: case LOCKSTEP_GGUF_I16: return 2;
+    case LOCKSTEP_GGUF_U32: case LOCKSTEP_GGUF_I32: case LOCKSTEP_GGUF_F32: return 4;
+    default: return 8;
+    }
+}
+
+static PyObject *value(const lockstep_value_t *v)
+{
+    switch (v->type) {
+    case LOCKSTEP_GGUF_STRING:
+        return PyUnicode_DecodeUTF8(v->v.s, (Py_ssize_t)v->count, "replace");
+    case LOCKSTEP_GGUF_U8: case LOCKSTEP_GGUF_U16: case LOCKSTEP_GGUF_U32: case LOCKSTEP_GGUF_U64:
+        return PyLong_FromUnsignedLongLong(v->v.u);
+    case LOCKSTEP_GGUF_BOOL:
+        return PyBool_FromLong(v->v.u != 0);
+    case LOCKSTEP_GGUF_I8: case LOCKSTEP_GGUF_I16: case LOCKSTEP_GGUF_I32: case LOCKSTEP_GGUF_I64:
+        return PyLong_FromLongLong(v->v.i);
+    case LOCKSTEP_GGUF_F32: case LOCKSTEP_GGUF_F64:
+        return PyFloat_FromDouble(v->v.f);
+    case LOCKSTEP_GGUF_ARRAY: {
+        PyObject *list = PyList_New((Py_ssize_t)v->count);
+        if (!list)
+            return NULL;
+        for (uint64_t i = 0; i < v->count; i++) {
+            PyObject *item;
+            if (v->elem_type == LOCKSTEP_GGUF_STRING || v->elem_type == LOCKSTEP_GGUF_ARRAY)
+                item = value(&v->v.items[i]);
+            else
+                item = scalar(v->elem_type, (const unsigned char *)v->v.raw + i * (uint64_t)scalar_size(v->elem_type));
+            if (!item) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    }
+    }
+    PyErr_Format(PyExc_ValueError, "unknown metadata type %u", v->type);
+    return NULL;
+}
+
+/* ---- load ---------------------------------------------------------------------------- */
+
+struct progress_ctx { PyObject *fn; int raised; };
+
+static int call_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct progress_ctx *c = arg;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 1;
+    if (!c->raised) {
+        PyObject *r = PyObject_CallFunction(c->fn, "KK", (unsigned long long)done, (unsigned long long)total);
+        if (!r) {
+            c->raised = 1; /* keep the exception; the load is cancelled */
+        } else {
+            stop = PyObject_IsTrue(r) == 1;
+            Py_DECREF(r);
+        }
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
+static PyObject *load_error(const char *path, const lockstep_load_error_t *err, int e)
+{
+    if (e == EBADMSG) {
+        PyObject *exc = PyObject_CallFunction(BadFileError, "s", err->message);
+        if (exc) {
+            PyObject *off = PyLong_FromUnsignedLongLong(err->offset);
+            PyObject_SetAttrString(exc, "offset", off);
+            Py_XDECREF(off);
+            PyErr_SetObject(BadFileError, exc);
+            Py_DECREF(exc);
+        }
+        return NULL;
+    }
+    if (e == ECANCELED) {
+        PyErr_SetString(LoadCancelled, err->message);
+        return NULL;
+    }
+    if (err->code == -ENOENT && strstr(err->message, "no tensor named")) {
+        PyErr_SetString(PyExc_KeyError, err->message);
+        return NULL;
+    }
+    if (e == EINVAL) {
+        PyErr_SetString(PyExc_ValueError, err->message[0] ? err->message : "bad load arguments");
+        return NULL;
+    }
+    if (e == ENOMEM)
+        return PyErr_NoMemory();
+    if (e == ENOENT || e == EACCES || e == EISDIR || e == EIO || e == EPERM) {
+        errno = e;
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+    }
+    PyErr_Format(LoadError, "%s: %s", path, err->message[0] ? err->message : strerror(e));
+    return NULL;
+}
+
+/* load(path, names: list[str] | None, mode: int, check: bool, readers: int, progress) */
+static PyObject *mod_load(PyObject *m, PyObject *args)
+{
+    const char *path;
+    PyObject *names = Py_None, *progress_fn = Py_None;
+    int mode = 0, check = 0, readers = 0;
+    if (!PyArg_ParseTuple(args, "sOipiO", &path, &names, &mode, &check, &readers, &progress_fn))
+        return NULL;
+    lockstep_load_params_t p = lockstep_load_params_default();
+    p.mode = (lockstep_load_mode_t)mode;
+    p.check = check;
+    p.n_readers = readers;
+    const char **cnames = NULL;
+    PyObject *seq = NULL;
+    if (names != Py_None) {
+        seq = PySequence_Fast(names, "names must be a list of tensor names");
+        if (!seq)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        cnames = PyMem_Calloc((size_t)n + 1, sizeof *cnames);
+        if (!cnames) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
+            if (!PyUnicode_Check(s) || !(cnames[i] = PyUnicode_AsUTF8(s))) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "names must be strings");
+                PyMem_Free(cnames);
+                Py_DECREF(seq);
+                return NULL;
+            }
+        }
+        p.names = cnames;
+        p.n_names = (size_t)n;
+    }
+    struct progress_ctx pc = {progress_fn, 0};
+    if (progress_fn != Py_None) {
+        p.progress = call_progress;
+        p.progress_arg = &pc;
+    }
+    lockstep_load_error_t err;
+    lockstep_loaded_t *l;
+    int e;
+    Py_BEGIN_ALLOW_THREADS
+    l = lockstep_load(path, &p, &err);
+    e = errno;
+    Py_END_ALLOW_THREADS
+    PyMem_Free(cnames);
+    Py_XDECREF(seq);
+    if (!l) {
+        if (pc.raised)
+            return NULL; /* the progress callback's own exception */
+        return load_error(path, &err, e);
+    }
+    LoadedObject *o = PyObject_New(LoadedObject, &LoadedType);
+    if (!o) {
+        lockstep_loaded_free(l);
+        return NULL;
+    }
+    o->l = l;
+    o->meta = o->tensors = o->stats = NULL;
+    o->base = NULL;
+    o->len = 0;
+    lockstep_load_stats_t st;
+    lockstep_loaded_stats(l, &st);
+    o->readonly = st.mode == LOCKSTEP_LOAD_ALIAS;
+    lockstep_loaded_region(l, &o->base, &o->len);
+    const lockstep_model_t *md = lockstep_loaded_model(l);
+    size_t nm = lockstep_model_meta_count(md), nt = lockstep_model_tensor_count(md);
+    if (!(o->meta = PyList_New(0)) || !(o->tensors = PyList_New(0)))
+        goto fail;
+    for (size_t i = 0; i < nm; i++) {
+        const lockstep_meta_t *kv = lockstep_model_meta(md, i);
+        PyObject *v = value(&kv->value);
+        PyObject *item = v ? Py_BuildValue("(sN)", kv->key, v) : NULL;
+        if (!item || PyList_Append(o->meta, item)) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const lockstep_tensor_info_t *t = lockstep_model_tensor(md, i);
+        unsigned char *d = lockstep_loaded_data(l, i);
+        if (!d)
+            continue; /* not selected */
+        PyObject *dims = PyTuple_New(t->n_dims);
+        if (!dims)
+            goto fail;
+        for (uint32_t k = 0; k < t->n_dims; k++)
+            PyTuple_SET_ITEM(dims, k, PyLong_FromUnsignedLongLong(t->dims[k]));
+        PyObject *item = Py_BuildValue("(ssNKK)", t->name, t->type_name, dims,
+                                       (unsigned long long)(d - (unsigned char *)o->base),
+                                       (unsigned long long)t->size);
+        if (!item || PyList_Append(o->tensors, item)) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    static const char *modes[] = {"auto", "alias", "copy", "buffered"};
+    o->stats = Py_BuildValue("{s:s,s:K,s:d,s:d,s:s,s:O,s:K,s:d}", "format",
+                             lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors", "bytes", (unsigned long long)st.bytes,
+                             "seconds", st.seconds, "cpu_seconds", st.cpu_seconds,
+                             "mode", modes[st.mode], "direct_fallback", st.direct_fallback ? Py_True : Py_False,
+                             "fallback_offset", (unsigned long long)st.fallback_offset,
+                             "resident", st.resident);
+    if (!o->stats)
+        goto fail;
+    return (PyObject *)o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+static PyMethodDef load_methods[] = {
+    {"load", mod_load, METH_VARARGS, "load(path, names, mode, check, readers, progress) -> Loaded"},
+    {NULL, NULL, 0, NULL}};
+
+int lockstep_py_add_load(PyObject *m)
+{
+    if (PyType_Ready(&LoadedType) < 0)
+        return -1;
+    LoadError = PyErr_NewExceptionWithDoc("lockstep.LoadError", "loading a model file failed",
+                                          PyExc_RuntimeError, NULL);
+    PyObject *bases = LoadError ? PyTuple_Pack(2, LoadError, PyExc_ValueError) : NULL;
+    BadFileError = bases ? PyErr_NewExceptionWithDoc("lockstep.BadFileError",
+        "the file is malformed or holds bad values; .offset is the byte where", bases, NULL) : NULL;
+    Py_XDECREF(bases);
+    LoadCancelled = LoadError ? PyErr_NewExceptionWithDoc("lockstep.LoadCancelled",
+        "the progress callback cancelled the load", LoadError, NULL) : NULL;
+    if (!BadFileError || !LoadCancelled)
+        return -1;
+    for (PyMethodDef *d = load_methods; d->ml_name; d++) {
+        PyObject *f = PyCFunction_New(d, NULL);
+        if (!f || PyModule_AddObject(m, d->ml_name, f)) {
+            Py_XDECREF(f);
+            return -1;
+        }
+    }
+    PyModule_AddObject(m, "LoadError", Py_NewRef(LoadError));
+    PyModule_AddObject(m, "BadFileError", Py_NewRef(BadFileError));
+    PyModule_AddObject(m, "LoadCancelled", Py_NewRef(LoadCancelled));
+    return 0;
+}

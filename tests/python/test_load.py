@@ -1,0 +1,191 @@
+"""lockstep.load against files written by the reference `safetensors` and `gguf`
+packages: every dtype and shape reads back equal to the reference readers' arrays in
+every mode; alias arrays are read-only views, the others writable; selection by name;
+progress and cancel; the value check names tensor and offset (a float NaN and a Q8_0
+block scale); bad files and bad arguments raise their specific exceptions."""
+import faulthandler
+import struct
+
+import numpy as np
+import pytest
+
+import lockstep
+
+st_numpy = pytest.importorskip("safetensors.numpy")
+gguf = pytest.importorskip("gguf")
+
+MODES = ["auto", "alias", "copy", "buffered"]
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    """A hang (a reader thread that never finishes) fails the run instead of blocking CI."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def st_file(tmp_path):
+    rng = np.random.default_rng(3)
+    tensors = {
+        "bool": rng.integers(0, 2, (3, 2)).astype(np.bool_),
+        "u8": np.arange(7, dtype=np.uint8),
+        "i8": np.arange(-3, 3, dtype=np.int8),
+        "i16": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "u16": np.arange(5, dtype=np.uint16),
+        "f16": rng.standard_normal(9).astype(np.float16),
+        "i32": np.arange(4, dtype=np.int32),
+        "u32": np.arange(4, dtype=np.uint32),
+        "f32": rng.standard_normal((2, 3, 4)).astype(np.float32),
+        "big": rng.standard_normal((300, 1000)).astype(np.float32),  # crosses chunks
+        "i64": np.arange(3, dtype=np.int64),
+        "u64": np.arange(3, dtype=np.uint64),
+        "f64": rng.standard_normal(2),
+        "scalar": np.array(3.5, dtype=np.float32),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+    path = tmp_path / "m.safetensors"
+    st_numpy.save_file(tensors, str(path), metadata={"format": "np", "note": "ok ✓"})
+    return path, tensors
+
+
+def gguf_file(tmp_path, q8_scale=None):
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("v.u32", 7)
+    w.add_float32("v.f32", 0.5)
+    w.add_bool("v.bool", True)
+    w.add_string("v.str", "grüße")
+    w.add_array("v.arr", [1, 2, 3])
+    w.add_array("v.strs", ["a", "b"])
+    rng = np.random.default_rng(4)
+    w.add_tensor("t.f32", rng.standard_normal((3, 32)).astype(np.float32))
+    w.add_tensor("t.f16", rng.standard_normal((64,)).astype(np.float16))
+    w.add_tensor("t.i32", np.arange(4, dtype=np.int32))
+    q = gguf.quants.quantize(rng.standard_normal((4, 64)).astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+    if q8_scale is not None:  # the first block's f16 scale
+        q = q.copy()
+        q[1, 34:36] = np.frombuffer(struct.pack("<H", q8_scale), dtype=np.uint8)
+    w.add_tensor("t.q8_0", q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("t.big", rng.standard_normal((512, 1024)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_safetensors_round_trip(tmp_path, mode):
+    path, ref = st_file(tmp_path)
+    meta, got = lockstep.load(path, mode=mode, check=True)
+    assert meta == {"format": "np", "note": "ok ✓"}
+    assert set(got) == set(ref)
+    for name, want in ref.items():
+        have = got[name]
+        assert have.dtype == want.dtype and have.shape == want.shape, name
+        assert np.array_equal(have, want), name
+        assert have.flags.writeable == (mode != "alias"), name
+    if mode != "alias":  # a private copy: writing it changes nothing on disk
+        got["big"][0, 0] = 42.0
+        assert st_numpy.load_file(str(path))["big"][0, 0] == ref["big"][0, 0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gguf_round_trip(tmp_path, mode):
+    path = gguf_file(tmp_path)
+    meta, got = lockstep.load(path, mode=mode, check=True, readers=3)
+    assert meta["v.u32"] == 7 and meta["v.f32"] == 0.5 and meta["v.bool"] is True
+    assert meta["v.str"] == "grüße" and meta["v.arr"] == [1, 2, 3] and meta["v.strs"] == ["a", "b"]
+    reader = gguf.GGUFReader(str(path))
+    assert set(got) == {t.name for t in reader.tensors}
+    for t in reader.tensors:
+        want = np.asarray(t.data)
+        have = got[t.name]
+        if t.tensor_type == gguf.GGMLQuantizationType.Q8_0:
+            assert have.dtype == np.uint8 and have.size == t.n_bytes  # raw blocks
+            assert np.array_equal(have, want.reshape(-1).view(np.uint8))
+        else:
+            assert have.shape == want.shape and have.dtype == want.dtype, t.name
+            assert np.array_equal(have, want), t.name
+
+
+def test_bfloat16_through_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    x = torch.randn(5, 7, dtype=torch.bfloat16)
+    path = tmp_path / "bf.safetensors"
+    st_torch.save_file({"x": x}, str(path))
+    _, got = lockstep.load(path)
+    assert got["x"].dtype == np.uint16  # numpy has no bfloat16: the bit patterns
+    assert torch.equal(torch.from_numpy(got["x"]).view(torch.bfloat16), x)
+
+
+def test_selection_and_progress(tmp_path):
+    path, ref = st_file(tmp_path)
+    seen = []
+    _, got = lockstep.load(path, names=["big", "i8"], progress=lambda d, t: seen.append((d, t)))
+    assert set(got) == {"big", "i8"}
+    assert np.array_equal(got["big"], ref["big"])
+    total = ref["big"].nbytes + ref["i8"].nbytes
+    assert seen and seen[-1] == (total, total)
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    with pytest.raises(KeyError, match="nope"):
+        lockstep.load(path, names=["big", "nope"])
+
+
+def test_cancel_and_callback_errors(tmp_path):
+    path = gguf_file(tmp_path)
+    with pytest.raises(lockstep.LoadCancelled):
+        lockstep.load(path, mode="copy", progress=lambda d, t: True)
+
+    class Stop(Exception):
+        pass
+
+    def boom(done, total):
+        raise Stop("from the callback")
+
+    with pytest.raises(Stop):
+        lockstep.load(path, progress=boom)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_check_finds_nan_and_bad_block_scale(tmp_path, mode):
+    path, ref = st_file(tmp_path)
+    bad = dict(ref)
+    bad["big"] = ref["big"].copy()
+    bad["big"][7, 9] = np.nan
+    st_numpy.save_file(bad, str(path))
+    with pytest.raises(lockstep.BadFileError, match='"big"') as e:
+        lockstep.load(path, mode=mode, check=True)
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    import json
+    begin = json.loads(raw[8:8 + n])["big"]["data_offsets"][0]
+    assert e.value.offset == 8 + n + begin + (7 * 1000 + 9) * 4
+    _, got = lockstep.load(path, mode=mode)  # unchecked, the NaN loads as it is
+    assert np.isnan(got["big"][7, 9])
+
+    gpath = gguf_file(tmp_path, q8_scale=0x7E00)  # NaN as the second block's scale
+    with pytest.raises(lockstep.BadFileError, match="t.q8_0.*block scale"):
+        lockstep.load(gpath, mode=mode, check=True)
+
+
+def test_bad_files_and_arguments(tmp_path):
+    path, _ = st_file(tmp_path)
+    raw = open(path, "rb").read()
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(raw[:50])
+    with pytest.raises(lockstep.BadFileError) as e:
+        lockstep.load(cut)
+    assert isinstance(e.value, ValueError) and 0 <= e.value.offset <= 50
+    with pytest.raises(FileNotFoundError):
+        lockstep.load(tmp_path / "missing.gguf")
+    with pytest.raises(ValueError, match="mode"):
+        lockstep.load(path, mode="fast")
+    with pytest.raises(TypeError, match="list"):
+        lockstep.load(path, names="big")
+    with pytest.raises(ValueError, match="readers"):
+        lockstep.load(path, readers=100)
+    with pytest.raises(TypeError, match="callable"):
+        lockstep.load(path, progress=3)

@@ -110,7 +110,10 @@ const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t 
  * lockstep_load opens a model file and moves every tensor (or those named) into a
  * destination. Modes:
  *   ALIAS     host only: each tensor points into a read-only mapping of the file (no
- *             copy; the weights exist once, in the page cache).
+ *             copy; the weights exist once, in the page cache). The selected pages
+ *             are mapped before lockstep_load returns (MADV_POPULATE_READ by
+ *             n_readers threads, so a cold file is read with several requests in
+ *             flight); writing through the pointers faults.
  *   COPY      direct I/O (O_DIRECT, aligned as statx STATX_DIOALIGN says, else the
  *             logical block size) with n_readers large reads in flight. If the file
  *             system or the buffer refuses direct I/O, the load continues with buffered

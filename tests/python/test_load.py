@@ -189,3 +189,40 @@ def test_bad_files_and_arguments(tmp_path):
         lockstep.load(path, readers=100)
     with pytest.raises(TypeError, match="callable"):
         lockstep.load(path, progress=3)
+
+
+def test_load_command(tmp_path):
+    """`lockstep load FILE` (tools/lockstep -> lockstep-load): the closing line's fields,
+    the check, and a bad file's exit code and message with its offset."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import INFO, ROOT
+
+    if not os.path.exists(INFO.replace("lockstep-info", "lockstep-load")):
+        pytest.skip("lockstep-load is not built (scripts/test.sh builds it first)")
+    tool = [sys.executable, os.path.join(ROOT, "tools", "lockstep"), "load"]
+    env = dict(os.environ, LOCKSTEP_BUILD_DIR=os.path.dirname(INFO))
+    path, ref = st_file(tmp_path)
+    total = sum(v.nbytes for v in ref.values())
+    for mode in MODES:
+        r = subprocess.run(tool + [str(path), "--mode", mode, "--check", "--json"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["bytes"] == total and out["tensors"] == len(ref) and out["checked"] is True
+        assert out["mode"] in ("copy", "buffered") if mode == "auto" else out["mode"] == mode
+        assert out["seconds"] > 0 and out["gb_per_s"] > 0
+    r = subprocess.run(tool + [str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith(f"loaded {len(ref)} tensors, {total} bytes in ")
+    assert "GB/s" in r.stdout and "CPU-s/GB" in r.stdout
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(path.read_bytes()[:40])
+    r = subprocess.run(tool + [str(cut)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "at byte" in r.stderr
+    r = subprocess.run(tool + [str(path), "--to", "cuda"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1)
+    if r.returncode == 1:  # no GPU here: a clear message, not a crash
+        assert "CUDA" in r.stderr

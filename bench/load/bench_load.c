@@ -27,21 +27,10 @@
 #include <unistd.h>
 
 #include "lockstep/lockstep.h"
+#include "../threads/bench_common.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
+static double now(void) { return (double)bench_now() * 1e-9; }
+static double cpu(void) { return bench_cpu_seconds(); }
 
 static void die(const char *what)
 {

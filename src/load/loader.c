@@ -263,6 +263,12 @@ static void run_in_place(struct job *j, int ith)
         if (j->alias) { /* map the file's pages: the reads happen in the page faults */
             uint64_t end = ch->end < j->file_size ? ch->end : j->file_size;
             if (madvise(at, end - ch->start, MADV_POPULATE_READ) != 0) {
+                if (errno != EINVAL) { /* EFAULT: the file shrank under us; touching would SIGBUS */
+                    fail(j, errno == ENOMEM ? -ENOMEM : -EIO, ch->start, "cannot map bytes %llu..%llu "
+                         "of the file (was it truncated while loading?)", (unsigned long long)ch->start,
+                         (unsigned long long)end);
+                    return;
+                }
                 volatile const unsigned char *v = at; /* kernels before 5.14 */
                 unsigned char sum = 0;
                 for (uint64_t k = 0; k < end - ch->start; k += 4096)

@@ -63,3 +63,24 @@ def info(path):
     r = subprocess.run([INFO, str(path), "--json"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def every_numpy_dtype(rng):
+    """One small array of every numpy dtype safetensors stores, 0-d and empty included."""
+    import numpy as np
+    return {
+        "bool": rng.integers(0, 2, (3, 2)).astype(np.bool_),
+        "u8": np.arange(7, dtype=np.uint8),
+        "i8": np.arange(-3, 3, dtype=np.int8),
+        "i16": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "u16": np.arange(5, dtype=np.uint16),
+        "f16": rng.standard_normal(9).astype(np.float16),
+        "i32": np.arange(4, dtype=np.int32),
+        "u32": np.arange(4, dtype=np.uint32),
+        "f32": rng.standard_normal((2, 3, 4)).astype(np.float32),
+        "i64": np.arange(3, dtype=np.int64),
+        "u64": np.arange(3, dtype=np.uint64),
+        "f64": rng.standard_normal(2),
+        "scalar": np.array(3.5, dtype=np.float32),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }

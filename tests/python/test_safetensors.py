@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import INFO, info
+from conftest import INFO, every_numpy_dtype, info
 
 st_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -21,23 +21,8 @@ def header(path):
 
 def test_reads_what_safetensors_writes(tmp_path):
     rng = np.random.default_rng(0)
-    tensors = {
-        "bool": rng.integers(0, 2, (3, 2)).astype(np.bool_),
-        "u8": np.arange(7, dtype=np.uint8),
-        "i8": np.arange(-3, 3, dtype=np.int8),
-        "i16": np.arange(6, dtype=np.int16).reshape(2, 3),
-        "u16": np.arange(5, dtype=np.uint16),
-        "f16": rng.standard_normal(9).astype(np.float16),
-        "i32": np.arange(4, dtype=np.int32),
-        "u32": np.arange(4, dtype=np.uint32),
-        "f32": rng.standard_normal((2, 3, 4)).astype(np.float32),
-        "i64": np.arange(3, dtype=np.int64),
-        "u64": np.arange(3, dtype=np.uint64),
-        "f64": rng.standard_normal(2),
-        "scalar": np.array(3.5, dtype=np.float32),
-        "empty": np.zeros((0, 4), dtype=np.float32),
-        "naïve/ünïcode.weight": np.ones(2, dtype=np.float32),
-    }
+    tensors = every_numpy_dtype(rng)
+    tensors["naïve/ünïcode.weight"] = np.ones(2, dtype=np.float32)
     path = tmp_path / "m.safetensors"
     st_numpy.save_file(tensors, str(path), metadata={"format": "np", "note": "ok ✓"})
     got = info(path)

@@ -400,12 +400,14 @@ static int plan_in_place(struct job *j, uint64_t chunk)
  * is a multiple of their element/block size. */
 static int plan_staged(struct job *j, uint64_t chunk)
 {
-    size_t max_chunks = j->n_sel, max_pieces = j->n_sel;
+    /* A tensor yields at most size / step + 1 pieces, step >= chunk / 2 (a block is
+     * at most 292 bytes, a chunk at least 2 x 512); every chunk holds at least one
+     * piece, so one bound serves both arrays. */
+    size_t max = 1;
     for (size_t k = 0; k < j->n_sel; k++)
-        max_chunks += j->t[j->sel[k]].size / (chunk / 2) + 1;
-    max_pieces = max_chunks;
-    j->chunks = calloc(max_chunks ? max_chunks : 1, sizeof *j->chunks);
-    j->pieces = calloc(max_pieces ? max_pieces : 1, sizeof *j->pieces);
+        max += j->t[j->sel[k]].size / (chunk / 2) + 1;
+    j->chunks = calloc(max, sizeof *j->chunks);
+    j->pieces = calloc(max, sizeof *j->pieces);
     if (!j->chunks || !j->pieces)
         return -ENOMEM;
     struct chunk *cur = NULL;

@@ -4,6 +4,11 @@
  *   barrier  — ns per barrier episode (lockstep_barrier_arrive_and_wait)
  *   region   — ns per empty lockstep_pool_run
  *   graph    — ns per node of a 2000-node graph run (lockstep_pool_graph_run)
+ *   graph-empty   — the same graph with nodes that do nothing: the runner and its
+ *                   barrier alone
+ *   graph-private — the same graph, each share computing on its own copy of the data:
+ *                   how the work itself scales, without the exchange of the vector
+ *                   between nodes (graph - graph-private is that exchange's cost)
  *   idle     — CPU-seconds per second burned from 10 ms to 210 ms after a region
  *   pingpong — ns per cache-line round trip between two threads on two CPUs (IMPL ignored)
  *   calibrate — PAUSE cost and the wake-up latency of a parked thread (p50, p99),
@@ -20,6 +25,7 @@
 #include "bench_common.h"
 
 static struct graph_data G;
+static struct graph_data *private_g; /* graph-private: one copy per share */
 
 /* ---- barrier episodes, driven inside one pool region ------------------------------ */
 
@@ -88,6 +94,19 @@ static int node(void *p, int n, int ith, int nth)
     return 0;
 }
 
+static int node_empty(void *p, int n, int ith, int nth)
+{
+    (void)p; (void)n; (void)ith; (void)nth;
+    __asm__ __volatile__("" ::: "memory");
+    return 0;
+}
+
+static int node_private(void *p, int n, int ith, int nth)
+{
+    graph_node_share((struct graph_data *)p + ith, n, ith, nth);
+    return 0;
+}
+
 static lockstep_pool_t *make_pool(lockstep_barrier_kind_t kind, int t)
 {
     lockstep_pool_params_t pp = lockstep_pool_params_default();
@@ -104,11 +123,14 @@ static double region_rep(lockstep_pool_t *pool, long iters)
     return (double)(bench_now() - t0) / (double)iters;
 }
 
-static double graph_rep(lockstep_pool_t *pool, int t, long graphs)
+static double graph_rep(lockstep_pool_t *pool, const char *w, int t, long graphs)
 {
+    lockstep_node_fn fn = strcmp(w, "graph-empty") == 0 ? node_empty
+                        : strcmp(w, "graph-private") == 0 ? node_private : node;
+    void *arg = fn == node_private ? (void *)private_g : (void *)&G;
     uint64_t t0 = bench_now();
     for (long g = 0; g < graphs; g++)
-        lockstep_pool_graph_run(pool, GRAPH_NODES, t, node, &G);
+        lockstep_pool_graph_run(pool, GRAPH_NODES, t, fn, arg);
     return (double)(bench_now() - t0) / ((double)graphs * GRAPH_NODES);
 }
 
@@ -238,7 +260,17 @@ int main(int argc, char **argv)
         rc = bench_barrier(kind, t, reps, r);
         if (rc == 0)
             bench_emit(w, impl, t, "ns", r, reps);
-    } else if (strcmp(w, "region") == 0 || strcmp(w, "graph") == 0 || strcmp(w, "idle") == 0) {
+    } else if (strcmp(w, "region") == 0 || strcmp(w, "graph") == 0 || strcmp(w, "idle") == 0 ||
+               strcmp(w, "graph-empty") == 0 || strcmp(w, "graph-private") == 0) {
+        if (strcmp(w, "graph-private") == 0) {
+            private_g = aligned_alloc(4096, sizeof(struct graph_data) * (size_t)t);
+            if (!private_g) {
+                perror("aligned_alloc");
+                return 1;
+            }
+            for (int i = 0; i < t; i++)
+                private_g[i] = G;
+        }
         lockstep_pool_t *pool = make_pool(kind, t);
         if (!pool) {
             rc = -errno;
@@ -248,9 +280,9 @@ int main(int argc, char **argv)
                 r[i] = region_rep(pool, it);
             bench_emit(w, impl, t, "ns", r, reps);
         } else if (w[0] == 'g') {
-            long it = bench_iters(graph_rep(pool, t, 1) * GRAPH_NODES, 40e6, 1, 1000);
+            long it = bench_iters(graph_rep(pool, w, t, 1) * GRAPH_NODES, 40e6, 1, 1000);
             for (int i = 0; i < reps; i++)
-                r[i] = graph_rep(pool, t, it);
+                r[i] = graph_rep(pool, w, t, it);
             bench_emit(w, impl, t, "ns/node", r, reps);
         } else {
             for (int i = 0; i < reps; i++)
@@ -258,6 +290,7 @@ int main(int argc, char **argv)
             bench_emit(w, impl, t, "cpu_s/s", r, reps);
         }
         lockstep_pool_free(pool);
+        free(private_g);
     } else if (strcmp(w, "pingpong") == 0) {
         cpu_set_t set;
         CPU_ZERO(&set);

@@ -19,6 +19,7 @@
 typedef struct ls_slot {
     uint32_t ep;              /* episodes this participant has arrived at */
     uint32_t leaf;            /* TREE: node it arrives at */
+    uint32_t done;            /* COUNTER: the last episode this participant completed */
     lockstep_waitword_t flag; /* FLAT: the last episode it arrived at */
 } ls_slot_t;
 

@@ -229,7 +229,7 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
 
 /* ---- waiting ---------------------------------------------------------------------- */
 
-static int park(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t target,
+static int park(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers, uint32_t target,
                 uint64_t deadline_ns)
 {
     int op = FUTEX_WAIT | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
@@ -244,15 +244,62 @@ static int park(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t targ
             ts.tv_nsec = (long)(left % 1000000000ull);
             tsp = &ts;
         }
-        ls_fetch_add(&ww->sleepers, 1u, __ATOMIC_SEQ_CST);      /* step 1 */
+        ls_fetch_add(sleepers, 1u, __ATOMIC_SEQ_CST);           /* step 1 */
         if (w->flags & LOCKSTEP_WAIT_F_ASYM) /* orders 1 before any publisher's read of sleepers */
             syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-        uint32_t seen = ls_load_seqcst(&ww->value);             /* step 2 */
+        uint32_t seen = ls_load_seqcst(value);                  /* step 2 */
         if (!ls_reached(seen, target))
-            futex(&ww->value, op, seen, tsp);                   /* step 3 */
-        ls_fetch_add(&ww->sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
-        if (ls_reached(ls_load_acquire(&ww->value), target))
+            futex(value, op, seen, tsp);                        /* step 3 */
+        ls_fetch_add(sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
+        if (ls_reached(ls_load_acquire(value), target))
             return 0;
+    }
+}
+
+int ls_wait_until_split(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers,
+                        uint32_t target, uint64_t deadline_ns)
+{
+    if (ls_reached(ls_load_acquire(value), target))
+        return 0;
+    for (uint32_t i = 0; i < w->spin; i++) {
+        ls_cpu_relax();
+        if (ls_reached(ls_load_acquire(value), target))
+            return 0;
+    }
+    for (uint32_t round = 0;; round++) {
+        for (uint32_t i = 0; i < w->yields; i++) {
+            sched_yield();
+            if (ls_reached(ls_load_acquire(value), target))
+                return 0;
+        }
+        if (deadline_ns && lockstep_now_ns() >= deadline_ns)
+            return ls_reached(ls_load_acquire(value), target) ? 0 : -ETIMEDOUT;
+        if (!(w->flags & LOCKSTEP_WAIT_F_NOPARK))
+            return park(w, value, sleepers, target, deadline_ns);
+        /* active: keep spinning, with a deadline check after every round of yields */
+        for (uint32_t i = 0; i < w->spin; i++) {
+            ls_cpu_relax();
+            if (ls_reached(ls_load_acquire(value), target))
+                return 0;
+        }
+    }
+}
+
+void ls_wait_wake_split(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers)
+{
+    uint32_t n;
+    if (w->flags & LOCKSTEP_WAIT_F_ASYM) {
+        /* the parking side's membarrier supplies the store->load ordering; we only
+         * keep the compiler from hoisting this read above the caller's store */
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        n = ls_load_relaxed(sleepers);
+    } else {
+        /* seq_cst: must not be ordered before the caller's store/RMW of value */
+        n = ls_load_seqcst(sleepers);
+    }
+    if (n != 0) {
+        int op = FUTEX_WAKE | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
+        futex(value, op, INT_MAX, NULL);
     }
 }
 
@@ -261,48 +308,12 @@ int lockstep_wait_until(const lockstep_wait_t *w, lockstep_waitword_t *ww,
 {
     if (LS_UNLIKELY(!w || !ww))
         return -EINVAL;
-    if (ls_reached(ls_load_acquire(&ww->value), target))
-        return 0;
-    for (uint32_t i = 0; i < w->spin; i++) {
-        ls_cpu_relax();
-        if (ls_reached(ls_load_acquire(&ww->value), target))
-            return 0;
-    }
-    for (uint32_t round = 0;; round++) {
-        for (uint32_t i = 0; i < w->yields; i++) {
-            sched_yield();
-            if (ls_reached(ls_load_acquire(&ww->value), target))
-                return 0;
-        }
-        if (deadline_ns && lockstep_now_ns() >= deadline_ns)
-            return ls_reached(ls_load_acquire(&ww->value), target) ? 0 : -ETIMEDOUT;
-        if (!(w->flags & LOCKSTEP_WAIT_F_NOPARK))
-            return park(w, ww, target, deadline_ns);
-        /* active: keep spinning, with a deadline check after every round of yields */
-        for (uint32_t i = 0; i < w->spin; i++) {
-            ls_cpu_relax();
-            if (ls_reached(ls_load_acquire(&ww->value), target))
-                return 0;
-        }
-    }
+    return ls_wait_until_split(w, &ww->value, &ww->sleepers, target, deadline_ns);
 }
 
 void lockstep_wait_wake(const lockstep_wait_t *w, lockstep_waitword_t *ww)
 {
-    uint32_t sleepers;
-    if (w->flags & LOCKSTEP_WAIT_F_ASYM) {
-        /* the parking side's membarrier supplies the store->load ordering; we only
-         * keep the compiler from hoisting this read above the caller's store */
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);
-        sleepers = ls_load_relaxed(&ww->sleepers);
-    } else {
-        /* seq_cst: must not be ordered before the caller's store/RMW of value */
-        sleepers = ls_load_seqcst(&ww->sleepers);
-    }
-    if (sleepers != 0) {
-        int op = FUTEX_WAKE | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
-        futex(&ww->value, op, INT_MAX, NULL);
-    }
+    ls_wait_wake_split(w, &ww->value, &ww->sleepers);
 }
 
 void lockstep_wait_publish(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t value)

@@ -6,9 +6,11 @@
  * slot is only rewritten two calls later (see comm_impl.h).
  *
  * Large: announce, then per chunk of chunk_bytes, double-buffered:
- *   1. copy my chunk into chunk[me][j & 1]; step (all chunks are in);
+ *   1. copy my chunk, except my own 1/N of it, into chunk[me][j & 1]; step (all
+ *      chunks are in);
  *   2. reduce-scatter: reduce my 1/N of the chunk over all ranks, in rank order, into
- *      recv, and copy it back over my slot's part; step (all parts are reduced);
+ *      recv (my own input read straight from send, which may be recv itself), and
+ *      copy it into my slot's part; step (all parts are reduced);
  *   3. allgather: copy every other rank's reduced part into recv.
  * Each element is reduced once, by one rank, in rank order, so all ranks hold the same
  * bits. */
@@ -61,12 +63,14 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     for (size_t off = 0; off < count; off += per_chunk, j++) {
         size_t n = count - off < per_chunk ? count - off : per_chunk;
         unsigned b = j & 1;
-        ls_comm_copy(c, ls_chunk(c, me, b), src + off * es, n * es);
+        size_t lo = n * (size_t)me / (size_t)N, hi = n * (size_t)(me + 1) / (size_t)N;
+        /* only the parts the others reduce go into my slot; mine is read from send */
+        ls_comm_copy(c, ls_chunk(c, me, b), src + off * es, lo * es);
+        ls_comm_copy(c, ls_chunk(c, me, b) + hi * es, src + (off + hi) * es, (n - hi) * es);
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
-        size_t lo = n * (size_t)me / (size_t)N, hi = n * (size_t)(me + 1) / (size_t)N;
         for (int k = 0; k < N; k++)
-            in[k] = ls_chunk(c, k, b) + lo * es;
+            in[k] = k == me ? (const void *)(src + (off + lo) * es) : (const void *)(ls_chunk(c, k, b) + lo * es);
         ls_comm_reduce(c, dtype, op, dst + (off + lo) * es, in, N, hi - lo);
         ls_comm_copy(c, ls_chunk(c, me, b) + lo * es, dst + (off + lo) * es, (hi - lo) * es);
         if ((rc = ls_comm_step(c, deadline)) != 0)

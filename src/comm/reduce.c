@@ -18,6 +18,10 @@
 
 #include "comm_impl.h"
 
+/* out may be one of the inputs (the large allreduce reduces its own part straight from
+ * the caller's buffer, which is also the output when the call is in place); any other
+ * overlap between out and an input is not allowed. */
+
 /* ---- f32 / i32 combine: acc = acc op v ------------------------------------------- */
 
 /* One body, compiled once per ISA by the target attribute; the loops vectorise
@@ -218,20 +222,38 @@ static void narrow(lockstep_dtype_t dt, uint16_t *out, const float *in, size_t n
 
 #define HALF_BLOCK 1024
 
+#define WORD_BLOCK 2048 /* f32/i32 elements per block: 8 KiB of out, well inside L1 */
+
 void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in,
                int nin, size_t count)
 {
     if (count == 0 || nin <= 0)
         return;
     if (dt == LOCKSTEP_F32 || dt == LOCKSTEP_I32) {
-        if (out != in[0])
-            memmove(out, in[0], count * 4);
+        /* Blockwise, so that the block of out stays in L1 while every input is combined
+         * into it: memory sees each input read once and out written once, instead of
+         * out being re-read and re-written once per input. */
         const struct kernels *kt = kernels();
-        for (int k = 1; k < nin; k++) {
-            if (dt == LOCKSTEP_F32)
-                kt->f32(out, in[k], count, op);
-            else
-                kt->i32(out, in[k], count, op);
+        int alias = 0; /* an input k >= 1 that is out itself: saved per block before out is written */
+        for (int k = 1; k < nin; k++)
+            if (in[k] == out)
+                alias = k;
+        uint32_t saved[WORD_BLOCK];
+        for (size_t off = 0; off < count; off += WORD_BLOCK) {
+            size_t n = count - off < WORD_BLOCK ? count - off : WORD_BLOCK;
+            char *o = (char *)out + off * 4;
+            const char *first = (const char *)in[0] + off * 4;
+            if (alias)
+                memcpy(saved, o, n * 4);
+            if (o != first)
+                memmove(o, first, n * 4);
+            for (int k = 1; k < nin; k++) {
+                const void *v = k == alias ? (const void *)saved : (const char *)in[k] + off * 4;
+                if (dt == LOCKSTEP_F32)
+                    kt->f32((float *)o, v, n, op);
+                else
+                    kt->i32((int32_t *)o, v, n, op);
+            }
         }
         return;
     }

@@ -134,7 +134,8 @@ const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t 
  * progress(arg, done, total) is called after every chunk, from one thread at a time,
  * with done increasing; a non-zero return cancels the load (-ECANCELED).
  * check: F32/F16/BF16/F64/F8 tensors are scanned for NaN and Inf, and the scales of
- * quantized ggml blocks for NaN/Inf, overlapped with the reads; a bad value fails the
+ * every quantized ggml block type (f16/f32 fields, IQ1_M's nibble-spread f16, MXFP4's
+ * E8M0, NVFP4's four E4M3) for NaN/Inf, overlapped with the reads; a bad value fails the
  * load with -LOCKSTEP_EBADFILE, the tensor's name and the value's file offset in err.
  * Memory: destinations are complete when lockstep_load returns; nothing is written
  * after an error except the chunks already in flight, which finish first. */

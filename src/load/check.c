@@ -5,12 +5,13 @@
 
 #include "load_impl.h"
 
-/* Where the scales sit in one block: up to two f16 (or f32) fields. */
+/* Where the scales sit in one block: up to four fields. */
 struct unit {
     const char *name;
     unsigned bytes;          /* element or block size */
-    unsigned kind;           /* 0 none, 2 f16/bf16-like 16-bit, 4 f32, 8 f64, 1 f8 */
-    unsigned n_scales, at[2];
+    unsigned kind;           /* 0 none, 2 f16/bf16-like 16-bit, 4 f32, 8 f64, 1 8-bit float,
+                                3 IQ1_M (an f16 spread over the top nibbles of 4 words) */
+    unsigned n_scales, at[4];
     unsigned short mask16;   /* 16-bit: exponent mask (F16 0x7c00, BF16 0x7f80) */
     unsigned char mask8;     /* 8-bit: the all-ones pattern that means NaN/Inf */
 };
@@ -30,6 +31,14 @@ static const struct unit units[] = {
     {"IQ4_NL", 18, 2, 1, {0}, 0x7c00, 0},    {"IQ3_S", 110, 2, 1, {0}, 0x7c00, 0},
     {"IQ2_S", 82, 2, 1, {0}, 0x7c00, 0},     {"IQ4_XS", 136, 2, 1, {0}, 0x7c00, 0},
     {"TQ1_0", 54, 2, 1, {52}, 0x7c00, 0},    {"TQ2_0", 66, 2, 1, {64}, 0x7c00, 0},
+    {"Q1_0", 18, 2, 1, {0}, 0x7c00, 0},
+    /* IQ1_M: qs[32] qh[16] then four 16-bit words whose top nibbles, lowest word
+     * first, form the block's f16 scale */
+    {"IQ1_M", 56, 3, 1, {48}, 0x7c00, 0},
+    /* MXFP4: one E8M0 exponent byte (0xff is NaN) then 16 bytes of E2M1 pairs */
+    {"MXFP4", 17, 1, 1, {0}, 0, 0xff},
+    /* NVFP4: four unsigned E4M3 scales, one per 16 elements (0x7f is NaN; no Inf) */
+    {"NVFP4", 36, 1, 4, {0, 1, 2, 3}, 0, 0x7f},
 };
 
 static const struct unit *find(const char *type_name)
@@ -57,6 +66,15 @@ static int bad_at(const struct unit *u, const unsigned char *p)
             break;
         case 2: {
             unsigned v = (unsigned)q[0] | (unsigned)q[1] << 8;
+            if ((v & u->mask16) == u->mask16)
+                return 1;
+            break;
+        }
+        case 3: {
+            unsigned w[4];
+            for (unsigned j = 0; j < 4; j++)
+                w[j] = (unsigned)q[2 * j] | (unsigned)q[2 * j + 1] << 8;
+            unsigned v = (w[0] >> 12) | ((w[1] >> 8) & 0xf0u) | ((w[2] >> 4) & 0xf00u) | (w[3] & 0xf000u);
             if ((v & u->mask16) == u->mask16)
                 return 1;
             break;

@@ -212,3 +212,41 @@ def test_load_command(tmp_path):
     assert r.returncode in (0, 1)
     if r.returncode == 1:  # no GPU here: a clear message, not a crash
         assert "CUDA" in r.stderr
+
+
+# A bad scale in the second block of each block type whose scale is not a plain
+# f16 at a fixed place: (type, block bytes, offset in the block -> bytes written there).
+ODD_SCALES = [
+    ("Q1_0", 18, {0: struct.pack("<H", 0x7E00)}),                   # f16 NaN
+    ("IQ1_M", 56, {52: struct.pack("<H", 0xC000), 54: struct.pack("<H", 0x7000)}),  # f16 Inf from top nibbles
+    ("MXFP4", 17, {0: b"\xff"}),                                      # E8M0 NaN
+    ("NVFP4", 36, {2: b"\x7f"}),                                      # third sub-block's UE4M3 NaN
+]
+
+
+@pytest.mark.parametrize("type_name,block,patch", ODD_SCALES, ids=[t[0] for t in ODD_SCALES])
+def test_check_block_scales_of_packed_types(tmp_path, type_name, block, patch):
+    qt = gguf.GGMLQuantizationType[type_name]
+    blocks = np.full((2, block), 0x11, dtype=np.uint8)  # finite scales, arbitrary codes
+    for at in patch:  # first block: the same field, finite
+        blocks[0, at:at + len(patch[at])] = 0
+    blocks[1] = blocks[0]
+    clean = tmp_path / "clean.gguf"
+    bad = tmp_path / "bad.gguf"
+    for path, data in [(clean, blocks), (bad, blocks.copy())]:
+        if path == bad:
+            for at, b in patch.items():
+                data[1, at:at + len(b)] = np.frombuffer(b, dtype=np.uint8)
+        w = gguf.GGUFWriter(str(path), "llama")
+        w.add_tensor("t.odd", data, raw_dtype=qt)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    _, got = lockstep.load(clean, check=True)
+    assert got["t.odd"].tobytes() == blocks.tobytes()
+    with pytest.raises(lockstep.BadFileError, match="t.odd.*block scale") as e:
+        lockstep.load(bad, mode="copy", check=True)
+    raw = open(bad, "rb").read()
+    start = raw.find(blocks.tobytes()[:block])  # the tensor's first block
+    assert start > 0 and e.value.offset == start + block

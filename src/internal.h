@@ -31,8 +31,6 @@ static inline int ls_reached(uint32_t value, uint32_t target)
     return (int32_t)(value - target) >= 0;
 }
 
-/* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
- * that a quiet schedule would hide. */
 /* wait.c's protocol with the futex word and its sleeper count passed separately, so
  * that a hot word can keep its sleeper count on another cache line (the publisher's
  * read of it then hits a line nobody writes). Every waiter and waker of one value
@@ -42,6 +40,8 @@ int ls_wait_until_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
                         uint32_t target, uint64_t deadline_ns);
 void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t *sleepers);
 
+/* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
+ * that a quiet schedule would hide. */
 #ifdef LOCKSTEP_PERTURB
 void ls_perturb(void);
 #define LS_PERTURB() ls_perturb()

@@ -220,6 +220,8 @@ static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
 int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
                       uint64_t deadline)
 {
+    if (ls_reached(ls_load_acquire(&ww->value), target))
+        return 0; /* already there: no clock read (about 40 ns each on this VM) */
     for (;;) {
         if (lockstep_wait_until(&c->wait, ww, target, slice_end(deadline)) == 0)
             return 0;
@@ -248,11 +250,19 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     lockstep_wait_publish(&c->wait, &a->seq, s);
     if (!wait_all)
         return 0;
-    uint64_t deadline = ls_comm_deadline(c);
+    uint64_t deadline = 0;
+    int timed = 0; /* the deadline is read from the clock only when some peer is not there yet */
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank)
             continue;
-        rc = ls_comm_wait_word(c, r, &ls_ctl(c, r)->ann[s & 1].seq, s, deadline);
+        lockstep_waitword_t *seq = &ls_ctl(c, r)->ann[s & 1].seq;
+        if (ls_reached(ls_load_acquire(&seq->value), s))
+            continue;
+        if (!timed) {
+            deadline = ls_comm_deadline(c);
+            timed = 1;
+        }
+        rc = ls_comm_wait_word(c, r, seq, s, deadline);
         if (rc)
             return rc;
     }

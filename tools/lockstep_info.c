@@ -40,16 +40,6 @@ static void scalar_at(uint32_t t, const unsigned char *p)
     }
 }
 
-static size_t esize(uint32_t t)
-{
-    switch (t) {
-    case LOCKSTEP_GGUF_U8: case LOCKSTEP_GGUF_I8: case LOCKSTEP_GGUF_BOOL: return 1;
-    case LOCKSTEP_GGUF_U16: case LOCKSTEP_GGUF_I16: return 2;
-    case LOCKSTEP_GGUF_U32: case LOCKSTEP_GGUF_I32: case LOCKSTEP_GGUF_F32: return 4;
-    default: return 8;
-    }
-}
-
 /* JSON for a value; in text mode arrays longer than `limit` are cut. */
 static void value(const lockstep_value_t *v, uint64_t limit)
 {
@@ -76,7 +66,7 @@ static void value(const lockstep_value_t *v, uint64_t limit)
         if (v->elem_type == LOCKSTEP_GGUF_STRING || v->elem_type == LOCKSTEP_GGUF_ARRAY)
             value(&v->v.items[k], limit);
         else
-            scalar_at(v->elem_type, (const unsigned char *)v->v.raw + k * esize(v->elem_type));
+            scalar_at(v->elem_type, (const unsigned char *)v->v.raw + k * lockstep_gguf_scalar_size(v->elem_type));
     }
     if (shown < v->count)
         printf(", ... (%" PRIu64 " more)", v->count - shown);

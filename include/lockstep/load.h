@@ -101,6 +101,9 @@ size_t lockstep_model_meta_count(const lockstep_model_t *m);
 const lockstep_meta_t *lockstep_model_meta(const lockstep_model_t *m, size_t i);
 const lockstep_meta_t *lockstep_model_meta_find(const lockstep_model_t *m, const char *key);
 size_t lockstep_model_tensor_count(const lockstep_model_t *m);
+/* Bytes of one element of a numeric or BOOL GGUF value type (the stride of an ARRAY's
+ * raw elements); 0 for STRING, ARRAY and unknown types. */
+size_t lockstep_gguf_scalar_size(uint32_t type);
 const lockstep_tensor_info_t *lockstep_model_tensor(const lockstep_model_t *m, size_t i);
 const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t *m, const char *name);
 

@@ -82,16 +82,6 @@ static PyObject *scalar(uint32_t type, const unsigned char *p)
     return NULL;
 }
 
-static Py_ssize_t scalar_size(uint32_t t)
-{
-    switch (t) {
-    case LOCKSTEP_GGUF_U8: case LOCKSTEP_GGUF_I8: case LOCKSTEP_GGUF_BOOL: return 1;
-    case LOCKSTEP_GGUF_U16: case LOCKSTEP_GGUF_I16: return 2;
-    case LOCKSTEP_GGUF_U32: case LOCKSTEP_GGUF_I32: case LOCKSTEP_GGUF_F32: return 4;
-    default: return 8;
-    }
-}
-
 static PyObject *value(const lockstep_value_t *v)
 {
     switch (v->type) {
@@ -114,7 +104,7 @@ static PyObject *value(const lockstep_value_t *v)
             if (v->elem_type == LOCKSTEP_GGUF_STRING || v->elem_type == LOCKSTEP_GGUF_ARRAY)
                 item = value(&v->v.items[i]);
             else
-                item = scalar(v->elem_type, (const unsigned char *)v->v.raw + i * (uint64_t)scalar_size(v->elem_type));
+                item = scalar(v->elem_type, (const unsigned char *)v->v.raw + i * (uint64_t)lockstep_gguf_scalar_size(v->elem_type));
             if (!item) {
                 Py_DECREF(list);
                 return NULL;

@@ -86,7 +86,7 @@ static int str(struct rd *r, const char **out, uint64_t *len_out, uint64_t max, 
     return 0;
 }
 
-static uint64_t scalar_size(uint32_t t)
+size_t lockstep_gguf_scalar_size(uint32_t t)
 {
     switch (t) {
     case LOCKSTEP_GGUF_U8: case LOCKSTEP_GGUF_I8: case LOCKSTEP_GGUF_BOOL: return 1;
@@ -102,7 +102,7 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
     uint64_t at = r->pos;
     memset(out, 0, sizeof *out);
     out->type = type;
-    uint64_t sz = scalar_size(type);
+    uint64_t sz = lockstep_gguf_scalar_size(type);
     if (sz) {
         if (ls_need(r, sz, "a metadata value"))
             return -1;
@@ -139,7 +139,7 @@ static int value(struct rd *r, uint32_t type, int depth, lockstep_value_t *out)
         return -1;
     out->elem_type = et;
     out->count = count;
-    uint64_t esz = scalar_size(et);
+    uint64_t esz = lockstep_gguf_scalar_size(et);
     if (esz) { /* numbers: point at them */
         if (count > (r->len - r->pos) / esz)
             return ls_bad(r, at, "an array of %llu %llu-byte elements does not fit in the %llu bytes left",
@@ -194,18 +194,14 @@ int ls_parse_gguf(struct rd *r)
     if (n_kv > (r->len - r->pos) / 14)
         return ls_bad(r, 16, "the file claims %llu metadata entries; it is too short for that many",
                    (unsigned long long)n_kv);
-    m->meta = calloc(n_kv ? (size_t)n_kv : 1, sizeof *m->meta);
-    if (!m->meta) {
-        r->nomem = 1;
+    if (!(m->meta = ls_calloc(r, n_kv, sizeof *m->meta)))
         return -1;
-    }
     m->alignment = 32;
-    uint64_t *key_at = calloc(n_kv ? (size_t)n_kv : 1, sizeof *key_at);
-    const char **keys = calloc(n_kv ? (size_t)n_kv : 1, sizeof *keys);
+    uint64_t *key_at = ls_calloc(r, n_kv, sizeof *key_at);
+    const char **keys = ls_calloc(r, n_kv, sizeof *keys);
     if (!key_at || !keys) {
         free(key_at);
         free(keys);
-        r->nomem = 1;
         return -1;
     }
     int krc = -1;
@@ -249,16 +245,11 @@ kv_out:
     if (n_tensors > (r->len - r->pos) / 25)
         return ls_bad(r, 8, "the file claims %llu tensors; it is too short for that many",
                    (unsigned long long)n_tensors);
-    m->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *m->tensors);
-    if (!m->tensors) {
-        r->nomem = 1;
+    if (!(m->tensors = ls_calloc(r, n_tensors, sizeof *m->tensors)))
         return -1;
-    }
-    uint64_t *info_at = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *info_at);
-    if (!info_at) {
-        r->nomem = 1;
+    uint64_t *info_at = ls_calloc(r, n_tensors, sizeof *info_at);
+    if (!info_at)
         return -1;
-    }
     int rc = -1;
     for (uint64_t k = 0; k < n_tensors; k++) {
         lockstep_tensor_info_t *t = &m->tensors[k];
@@ -322,11 +313,9 @@ kv_out:
         m->n_tensors = (size_t)k + 1;
     }
     {
-        const char **names = malloc((n_tensors ? (size_t)n_tensors : 1) * sizeof *names);
-        if (!names) {
-            r->nomem = 1;
+        const char **names = ls_calloc(r, n_tensors, sizeof *names);
+        if (!names)
             goto out;
-        }
         for (uint64_t k = 0; k < n_tensors; k++)
             names[k] = m->tensors[k].name;
         int urc = ls_check_unique(r, names, info_at, (size_t)n_tensors, "tensor name");

@@ -55,6 +55,19 @@ unsigned ls_check_unit(const char *type_name)
     return u ? u->bytes : 1;
 }
 
+static unsigned le16(const unsigned char *q)
+{
+    return (unsigned)q[0] | (unsigned)q[1] << 8;
+}
+
+/* IQ1_M's f16 scale: the top nibble of each of its four 16-bit scale words, lowest
+ * word in the lowest nibble. */
+static unsigned iq1m_scale(const unsigned char *q)
+{
+    return (le16(q) >> 12) | ((le16(q + 2) >> 8) & 0xf0u) | ((le16(q + 4) >> 4) & 0xf00u) |
+           (le16(q + 6) & 0xf000u);
+}
+
 static int bad_at(const struct unit *u, const unsigned char *p)
 {
     for (unsigned k = 0; k < u->n_scales; k++) {
@@ -64,17 +77,9 @@ static int bad_at(const struct unit *u, const unsigned char *p)
             if ((q[0] & u->mask8) == u->mask8)
                 return 1;
             break;
-        case 2: {
-            unsigned v = (unsigned)q[0] | (unsigned)q[1] << 8;
-            if ((v & u->mask16) == u->mask16)
-                return 1;
-            break;
-        }
+        case 2:
         case 3: {
-            unsigned w[4];
-            for (unsigned j = 0; j < 4; j++)
-                w[j] = (unsigned)q[2 * j] | (unsigned)q[2 * j + 1] << 8;
-            unsigned v = (w[0] >> 12) | ((w[1] >> 8) & 0xf0u) | ((w[2] >> 4) & 0xf00u) | (w[3] & 0xf000u);
+            unsigned v = u->kind == 2 ? le16(q) : iq1m_scale(q);
             if ((v & u->mask16) == u->mask16)
                 return 1;
             break;

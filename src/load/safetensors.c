@@ -49,6 +49,20 @@ static int peek(struct rd *r, uint64_t end)
     return r->pos < end ? r->p[r->pos] : -1;
 }
 
+/* What follows an object's member: ',' (0: another member) or '}' (1: the object ends);
+ * anything else fails as "expected ',' or '}' <where>[ "<name>"]" (-1). */
+static int member_end(struct rd *r, uint64_t end, const char *where, const char *name)
+{
+    int c = peek(r, end);
+    r->pos++;
+    if (c == '}')
+        return 1;
+    if (c == ',')
+        return 0;
+    return name ? ls_bad(r, r->pos - 1, "expected ',' or '}' %s \"%s\"", where, name)
+                : ls_bad(r, r->pos - 1, "expected ',' or '}' %s", where);
+}
+
 static int expect(struct rd *r, uint64_t end, char c, const char *where)
 {
     if (peek(r, end) != c)
@@ -234,12 +248,11 @@ static int tensor_entry(struct rd *r, uint64_t end, lockstep_tensor_info_t *t, u
         } else {
             return ls_bad(r, fat, "tensor \"%s\" has an unexpected or repeated field \"%s\"", t->name, field);
         }
-        int c = peek(r, end);
-        r->pos++;
-        if (c == '}')
+        int done = member_end(r, end, "in tensor", t->name);
+        if (done < 0)
+            return -1;
+        if (done)
             break;
-        if (c != ',')
-            return ls_bad(r, r->pos - 1, "expected ',' or '}' in tensor \"%s\"", t->name);
     }
     if (!have_dtype || !have_shape || !have_offsets)
         return ls_bad(r, at, "tensor \"%s\" lacks its %s", t->name,
@@ -311,14 +324,11 @@ int ls_parse_safetensors(struct rd *r)
                                 goto out;
                             }
                         m->n_meta++;
-                        int c = peek(r, end);
-                        r->pos++;
-                        if (c == '}')
-                            break;
-                        if (c != ',') {
-                            ls_bad(r, r->pos - 1, "expected ',' or '}' in __metadata__");
+                        int done = member_end(r, end, "in __metadata__", NULL);
+                        if (done < 0)
                             goto out;
-                        }
+                        if (done)
+                            break;
                     }
                 }
             } else {
@@ -347,14 +357,11 @@ int ls_parse_safetensors(struct rd *r)
                     goto out;
                 m->n_tensors++;
             }
-            int c = peek(r, end);
-            r->pos++;
-            if (c == '}')
-                break;
-            if (c != ',') {
-                ls_bad(r, r->pos - 1, "expected ',' or '}' between entries");
+            int done = member_end(r, end, "between entries", NULL);
+            if (done < 0)
                 goto out;
-            }
+            if (done)
+                break;
         }
     }
     if (peek(r, end) != -1) {
@@ -365,11 +372,9 @@ int ls_parse_safetensors(struct rd *r)
     m->alignment = 1;
     uint64_t data_len = r->len - end;
     size_t nt = m->n_tensors, *idx = NULL;
-    const char **names = malloc((nt ? nt : 1) * sizeof *names);
-    if (!names) {
-        r->nomem = 1;
+    const char **names = ls_calloc(r, nt, sizeof *names);
+    if (!names)
         goto out;
-    }
     for (size_t k = 0; k < nt; k++) {
         lockstep_tensor_info_t *t = &m->tensors[k];
         uint64_t elems = 1, bits = st_dtypes[t->type].bits;

@@ -31,6 +31,8 @@ struct rd {
 };
 
 void *ls_arena_alloc(lockstep_model_t *m, size_t n);
+/* n zeroed elements of size bytes (room for one when n is 0), or NULL with r->nomem set */
+void *ls_calloc(struct rd *r, uint64_t n, size_t size);
 __attribute__((format(printf, 3, 4))) int ls_bad(struct rd *r, uint64_t at, const char *fmt, ...);
 int ls_need(struct rd *r, uint64_t n, const char *what);
 int ls_utf8_valid(const unsigned char *s, uint64_t n);

@@ -94,13 +94,19 @@ int ls_utf8_valid(const unsigned char *s, uint64_t n)
 }
 
 
+void *ls_calloc(struct rd *r, uint64_t n, size_t size)
+{
+    void *p = n <= SIZE_MAX ? calloc(n ? (size_t)n : 1, size) : NULL;
+    if (!p)
+        r->nomem = 1;
+    return p;
+}
+
 size_t *ls_sorted_index(struct rd *r, size_t n, int (*cmp)(const void *, const void *, void *), void *ctx)
 {
-    size_t *idx = malloc((n ? n : 1) * sizeof *idx);
-    if (!idx) {
-        r->nomem = 1;
+    size_t *idx = ls_calloc(r, n, sizeof *idx);
+    if (!idx)
         return NULL;
-    }
     for (size_t k = 0; k < n; k++)
         idx[k] = k;
     qsort_r(idx, n, sizeof *idx, cmp, ctx); /* O(n log n): no quadratic scan to exploit */

@@ -48,7 +48,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
             return rc;
         for (int k = 0; k < N; k++)
             in[k] = tiny ? (const void *)ls_ctl(c, k)->ann[b].data : (const void *)ls_small(c, k, b);
-        ls_reduce(dtype, op, recv, in, N, count);
+        ls_reduce(dtype, op, recv, NULL, in, N, count);
         return 0;
     }
 
@@ -71,8 +71,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
             return rc;
         for (int k = 0; k < N; k++)
             in[k] = k == me ? (const void *)(src + (off + lo) * es) : (const void *)(ls_chunk(c, k, b) + lo * es);
-        ls_comm_reduce(c, dtype, op, dst + (off + lo) * es, in, N, hi - lo);
-        ls_comm_copy(c, ls_chunk(c, me, b) + lo * es, dst + (off + lo) * es, (hi - lo) * es);
+        ls_comm_reduce(c, dtype, op, dst + (off + lo) * es, ls_chunk(c, me, b) + lo * es, in, N, hi - lo);
         if ((rc = ls_comm_step(c, deadline)) != 0)
             return rc;
         for (int i = 1; i < N; i++) {

@@ -112,11 +112,14 @@ void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
 
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);
-void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out,
+void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also,
                     const void *const *in, int nin, size_t count);
 
 /* reduce.c */
-void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t count);
+/* out = in[0] op ... op in[nin-1]; when also is not NULL, the result is copied there too,
+ * block by block while it is still in L1 */
+void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, const void *const *in, int nin,
+               size_t count);
 float ls_f16_to_f32(uint16_t h);
 uint16_t ls_f32_to_f16(float f);
 float ls_bf16_to_f32(uint16_t h);

@@ -224,7 +224,7 @@ static void narrow(lockstep_dtype_t dt, uint16_t *out, const float *in, size_t n
 
 #define WORD_BLOCK 2048 /* f32/i32 elements per block: 8 KiB of out, well inside L1 */
 
-void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in,
+void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, const void *const *in,
                int nin, size_t count)
 {
     if (count == 0 || nin <= 0)
@@ -254,6 +254,8 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *con
                 else
                     kt->i32((int32_t *)o, v, n, op);
             }
+            if (also) /* while the block is still in L1 */
+                memcpy((char *)also + off * 4, o, n * 4);
         }
         return;
     }
@@ -266,5 +268,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *con
             kernels()->f32(acc, tmp, n, op);
         }
         narrow(dt, (uint16_t *)out + off, acc, n);
+        if (also)
+            memcpy((uint16_t *)also + off, (uint16_t *)out + off, n * 2);
     }
 }

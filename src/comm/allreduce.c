@@ -5,12 +5,13 @@
  * rank's copy, in rank order, straight into recv. One synchronisation per call; no closing barrier, because a
  * slot is only rewritten two calls later (see comm_impl.h).
  *
- * Large: announce, then per chunk of chunk_bytes, double-buffered:
+ * Large: announce, then per chunk of step_bytes (chunk_bytes, smaller when oversubscribed;
+ * see comm.c), double-buffered:
  *   1. copy my chunk, except my own 1/N of it, into chunk[me][j & 1]; step (all
  *      chunks are in);
  *   2. reduce-scatter: reduce my 1/N of the chunk over all ranks, in rank order, into
- *      recv (my own input read straight from send, which may be recv itself), and
- *      copy it into my slot's part; step (all parts are reduced);
+ *      recv (my own input read straight from send, which may be recv itself) and, in
+ *      the same pass, into my slot's part; step (all parts are reduced);
  *   3. allgather: copy every other rank's reduced part into recv.
  * Each element is reduced once, by one rank, in rank order, so all ranks hold the same
  * bits. */
@@ -56,7 +57,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     if (rc)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
-    size_t per_chunk = c->hdr->chunk_bytes / es;
+    size_t per_chunk = c->hdr->step_bytes / es;
     const char *src = send;
     char *dst = recv;
     unsigned j = 0;

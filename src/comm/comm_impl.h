@@ -34,6 +34,7 @@ typedef struct ls_seg_hdr {
     int32_t creator_pid;
     uint32_t reserved;
     uint64_t small_bytes, chunk_bytes, data_stride;
+    uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
     uint64_t off_barrier, off_ctl, off_data, total;
 } ls_seg_hdr_t;
 

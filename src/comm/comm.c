@@ -532,8 +532,9 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes, 4096);
     want.total = want.off_data + (size_t)p->size * want.data_stride;
     /* Ranks outnumbering CPUs take turns on a core, so both ranks' working sets of a
-     * step share its L2: 256 KiB steps ran 4 ranks on 2 cores 8-20 % faster than 1 MiB
-     * (4 and 16 MiB), while 2 ranks on 2 cores did best with 1 MiB. Rank 0 decides, for
+     * step share its L2. 4 ranks on 2 cores, f32 sum: 256 KiB steps were about 20 %
+     * faster than 1 MiB at 4 MiB (2 rounds of 3) and 7-10 % at 16 MiB; 128 KiB was no
+     * better, 64 KiB worse. 2 ranks on 2 cores did best with 1 MiB. Rank 0 decides, for
      * everyone, since ranks may see different CPU counts (affinity). */
     want.step_bytes = p->chunk_bytes;
     if ((unsigned)p->size > (unsigned)lockstep_cpus_available() && want.step_bytes > OVERSUBSCRIBED_STEP)

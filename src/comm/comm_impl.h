@@ -37,6 +37,7 @@ typedef struct ls_seg_hdr {
     uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
     uint64_t off_barrier, off_ctl, off_data, total;
 } ls_seg_hdr_t;
+_Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
 typedef struct ls_seg_state {
     lockstep_waitword_t joined; /* ranks that have mapped the segment */

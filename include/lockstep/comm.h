@@ -69,7 +69,9 @@ typedef struct lockstep_comm_params {
     uint32_t timeout_ms;                 /* deadline of every wait; 0 = none; default 60000 */
     lockstep_wait_policy_t wait_policy;
     size_t small_bytes;                  /* per-rank announce slot (x2): the small-message limit */
-    size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages */
+    size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
+                                            more ranks than CPUs (on rank 0), a large
+                                            allreduce uses at most 256 KiB of it per step */
     lockstep_pool_t *pool;               /* optional, not owned: large messages' copies and
                                             reductions are split across its threads (each
                                             element is still reduced once, in rank order,

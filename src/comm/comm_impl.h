@@ -12,7 +12,9 @@
  * (ann.data), small ones in small[s & 1]; a rank can only reuse either at call s + 2,
  * by which time every rank has announced s + 1 and so finished reading call s. Large payloads go
  * through chunk[j & 1] in steps: every rank publishes ctl.step = t and waits for all
- * ranks to reach t before reading what they wrote before it. */
+ * ranks to reach t before reading what they wrote before it. The large broadcast uses
+ * the same words as a pipeline, waiting on the root only (see gather.c); every call
+ * leaves every rank's step count equal. */
 #ifndef LOCKSTEP_COMM_IMPL_H
 #define LOCKSTEP_COMM_IMPL_H
 

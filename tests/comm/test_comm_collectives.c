@@ -179,7 +179,7 @@ static int body(int rank, int size, const char *job)
                 unsigned char *buf = malloc(n + 1), *want = malloc(n + 1);
                 CHECK(buf && want);
                 for (size_t i = 0; i < n; i++)
-                    want[i] = (unsigned char)(i * 31 + si * 7 + (size_t)order);
+                    want[i] = (unsigned char)(i * 31 + (i >> 12) * 101 + si * 7 + (size_t)order); /* not periodic in pieces */
                 if (rank == root)
                     memcpy(buf, want, n);
                 else
@@ -190,7 +190,7 @@ static int body(int rank, int size, const char *job)
                 unsigned char *all = malloc((size_t)size * n + 1), *mine = malloc(n + 1);
                 CHECK(all && mine);
                 for (size_t i = 0; i < n; i++)
-                    mine[i] = (unsigned char)(i * 13 + (size_t)rank * 101 + si);
+                    mine[i] = (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)rank * 101 + si);
                 memset(all, 0xcd, (size_t)size * n);
                 int in_place = si & 1;
                 if (in_place)
@@ -198,7 +198,7 @@ static int body(int rank, int size, const char *job)
                 CHECK_EQ(lockstep_comm_allgather(c, in_place ? all + (size_t)rank * n : mine, all, n, order, xfer), 0);
                 for (int r = 0; r < size; r++)
                     for (size_t i = 0; i < n; i++)
-                        if (all[(size_t)r * n + i] != (unsigned char)(i * 13 + (size_t)r * 101 + si)) {
+                        if (all[(size_t)r * n + i] != (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)r * 101 + si)) {
                             fprintf(stderr, "rank %d: allgather order=%d xfer=%d n=%zu: block %d byte %zu wrong\n",
                                     rank, order, xfer, n, r, i);
                             return 1;
@@ -208,6 +208,49 @@ static int body(int rank, int size, const char *job)
                 free(buf);
                 free(want);
             }
+    /* The tightest broadcast ring (4 KiB chunks: two pieces), every root, both
+     * transfers, calls back to back and mixed with chunked allreduces, which share the
+     * step words: the root refills the ring while receivers still read it. */
+    lockstep_comm_params_t tp = lockstep_comm_params_default();
+    snprintf(tp.job, sizeof tp.job, "%.*s-t", (int)sizeof tp.job - 3, job);
+    tp.rank = rank;
+    tp.size = size;
+    tp.small_bytes = 256;
+    tp.chunk_bytes = 4096;
+    lockstep_comm_t *t = lockstep_comm_create(&tp);
+    CHECK(t != NULL);
+    size_t tn = 100003; /* 25 pieces */
+    unsigned char *tw = malloc(tn);
+    int32_t tv[3001], tr[3001];
+    CHECK(tw != NULL);
+    for (int round = 0; round < 2 * size; round++) {
+        int root = round % size;
+        lockstep_xfer_t xfer = round / size ? LOCKSTEP_PUSH : LOCKSTEP_PULL;
+        for (size_t i = 0; i < tn; i++)
+            tw[i] = (unsigned char)(i * 7 + (i >> 12) * 101 + (size_t)round * 13); /* differs per piece */
+        /* receivers copy into fresh pages, a fault per piece, so the root runs ahead
+         * and must wait for them before it reuses a piece */
+        unsigned char *tb = mmap(NULL, tn, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(tb != MAP_FAILED);
+        if (rank == root)
+            memcpy(tb, tw, tn);
+        CHECK_EQ(lockstep_comm_broadcast(t, tb, tn, root, LOCKSTEP_ORDER_ROTATED, xfer), 0);
+        bad |= check_equal("broadcast through a 2-piece ring", tb, tw, tn, rank);
+        munmap(tb, tn);
+        if (round & 1) {
+            for (int i = 0; i < 3001; i++)
+                tv[i] = i + rank * round;
+            CHECK_EQ(lockstep_comm_allreduce(t, tv, tr, 3001, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+            for (int i = 0; i < 3001; i++)
+                if (tr[i] != size * i + round * size * (size - 1) / 2) {
+                    fprintf(stderr, "rank %d: allreduce after a broadcast: element %d is %d\n", rank, i, (int)tr[i]);
+                    return 1;
+                }
+        }
+    }
+    free(tw);
+    lockstep_comm_free(t);
+
     for (int i = 0; i < 50; i++)
         CHECK_EQ(lockstep_comm_barrier(c), 0);
     lockstep_comm_free(c);

@@ -5,7 +5,13 @@
  *   allreduce_small_<N>r / allreduce_large_<N>r — lockstep forced to one path (the
  *                                switch point is where these cross)
  *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
- *                                MPI_Allgather
+ *                                MPI_Allgather, sending the same unchanged buffer every call
+ *   bcast_fresh_<N>r / allgather_fresh_<N>r — the same, linear order, but the senders
+ *                                write new data into the buffer before each call (both
+ *                                implementations pay that write), as an inference step
+ *                                does. An unchanged buffer flatters single-copy transfers
+ *                                (OpenMPI reads the sender's memory with CMA): its lines
+ *                                stay clean and end up cached on the reader's core.
  * Each sample is the mean of a timed batch started together (MPI_Barrier); batches
  * of every implementation alternate, so drift on a shared machine hits all alike. */
 #define _GNU_SOURCE
@@ -29,6 +35,8 @@ struct ctx {
     float *a, *b;
     size_t bytes;
     int order, xfer, root;
+    int rank, fresh;   /* fresh: senders rewrite their buffer before each call */
+    unsigned char gen; /* what they write */
 };
 
 /* One batch of iters calls of impl; returns us per call as seen by rank 0. */
@@ -67,6 +75,8 @@ static int do_allreduce(void *p, int impl)
 static int do_bcast(void *p, int impl)
 {
     struct ctx *c = p;
+    if (c->fresh && c->rank == c->root)
+        memset(c->a, ++c->gen, c->bytes);
     if (impl == 0)
         return MPI_Bcast(c->a, (int)c->bytes, MPI_BYTE, c->root, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     impl -= 1;
@@ -76,8 +86,8 @@ static int do_bcast(void *p, int impl)
 static int do_allgather(void *p, int impl)
 {
     struct ctx *c = p;
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (c->fresh)
+        memset(c->a, ++c->gen, c->bytes);
     if (impl == 0)
         return MPI_Allgather(c->a, (int)c->bytes, MPI_BYTE, c->b, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     impl -= 1;
@@ -119,6 +129,7 @@ int main(int argc, char **argv)
 
     struct ctx c;
     memset(&c, 0, sizeof c);
+    c.rank = rank;
     lockstep_comm_params_t p = lockstep_comm_params_default();
     int rc = lockstep_comm_params_from_env(&p);
     if (rc) {
@@ -176,6 +187,14 @@ int main(int argc, char **argv)
         run(rank, w, do_bcast, &c, x_names, 9);
         snprintf(w, sizeof w, "allgather_%dr", size);
         run(rank, w, do_allgather, &c, x_names, 9);
+    }
+    c.fresh = 1; /* openmpi, linear-pull, linear-push */
+    for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
+        c.bytes = bytes;
+        snprintf(w, sizeof w, "bcast_fresh_%dr", size);
+        run(rank, w, do_bcast, &c, x_names, 3);
+        snprintf(w, sizeof w, "allgather_fresh_%dr", size);
+        run(rank, w, do_allgather, &c, x_names, 3);
     }
     for (int k = 0; k < 3; k++)
         lockstep_comm_free(c.ls[k]);

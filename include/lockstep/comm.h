@@ -72,11 +72,14 @@ typedef struct lockstep_comm_params {
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
                                             allreduce uses at most 256 KiB of it per step */
-    lockstep_pool_t *pool;               /* optional, not owned: large messages' copies and
-                                            reductions are split across its threads (each
-                                            element is still reduced once, in rank order,
-                                            so results stay bit-identical). The pool must
-                                            not be running a region during comm calls. */
+    lockstep_pool_t *pool;               /* optional, not owned: large allreduces' and
+                                            allgathers' copies and reductions are split
+                                            across its threads (each element is still
+                                            reduced once, in rank order, so results stay
+                                            bit-identical); a large broadcast pipelines
+                                            64 KiB pieces on the calling thread instead.
+                                            The pool must not be running a region during
+                                            comm calls. */
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 16 KiB (the measured

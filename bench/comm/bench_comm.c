@@ -180,22 +180,18 @@ int main(int argc, char **argv)
 
     static const char *const x_names[] = {"openmpi", "linear-pull", "linear-push", "rotated-pull", "rotated-push",
                                           "random-pull", "random-push", "topology-pull", "topology-push"};
-    for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
-        c.bytes = bytes;
-        c.root = 0;
-        snprintf(w, sizeof w, "bcast_%dr", size);
-        run(rank, w, do_bcast, &c, x_names, 9);
-        snprintf(w, sizeof w, "allgather_%dr", size);
-        run(rank, w, do_allgather, &c, x_names, 9);
-    }
-    c.fresh = 1; /* openmpi, linear-pull, linear-push */
-    for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
-        c.bytes = bytes;
-        snprintf(w, sizeof w, "bcast_fresh_%dr", size);
-        run(rank, w, do_bcast, &c, x_names, 3);
-        snprintf(w, sizeof w, "allgather_fresh_%dr", size);
-        run(rank, w, do_allgather, &c, x_names, 3);
-    }
+    /* unchanged buffers: every order and transfer; fresh data: openmpi, linear-pull, linear-push */
+    for (c.fresh = 0; c.fresh <= 1; c.fresh++)
+        for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
+            const char *kind = c.fresh ? "_fresh" : "";
+            int nimpl = c.fresh ? 3 : 9;
+            c.bytes = bytes;
+            c.root = 0;
+            snprintf(w, sizeof w, "bcast%s_%dr", kind, size);
+            run(rank, w, do_bcast, &c, x_names, nimpl);
+            snprintf(w, sizeof w, "allgather%s_%dr", kind, size);
+            run(rank, w, do_allgather, &c, x_names, nimpl);
+        }
     for (int k = 0; k < 3; k++)
         lockstep_comm_free(c.ls[k]);
     free(c.a);

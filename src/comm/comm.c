@@ -283,10 +283,8 @@ int ls_comm_verify(lockstep_comm_t *c)
     return 0;
 }
 
-int ls_comm_step(lockstep_comm_t *c, uint64_t deadline)
+int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline)
 {
-    uint32_t t = ++c->step;
-    lockstep_wait_publish(&c->wait, &ls_ctl(c, c->rank)->own.step, t);
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank)
             continue;
@@ -295,6 +293,13 @@ int ls_comm_step(lockstep_comm_t *c, uint64_t deadline)
             return rc;
     }
     return 0;
+}
+
+int ls_comm_step(lockstep_comm_t *c, uint64_t deadline)
+{
+    uint32_t t = ++c->step;
+    lockstep_wait_publish(&c->wait, &ls_ctl(c, c->rank)->own.step, t);
+    return ls_comm_wait_steps(c, t, deadline);
 }
 
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out)

@@ -112,6 +112,8 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
                      int root, uint64_t count, int wait_all);
 int ls_comm_verify(lockstep_comm_t *c);
 int ls_comm_step(lockstep_comm_t *c, uint64_t deadline);
+/* wait until every other rank's step word has reached t */
+int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline);
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
 
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */

@@ -64,11 +64,9 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         size_t off = j * piece, n = bytes - off < piece ? bytes - off : piece, at = (j % ring) * piece;
         uint32_t t = base + (uint32_t)j + 1;
         if (me == root) {
-            if (j >= ring) /* every receiver has copied the piece this one overwrites */
-                for (int r = 0; r < c->size; r++)
-                    if (r != me &&
-                        (rc = ls_comm_wait_word(c, r, &ls_ctl(c, r)->own.step, t - (uint32_t)ring, deadline)) != 0)
-                        return rc;
+            /* every receiver has copied the piece this one overwrites */
+            if (j >= ring && (rc = ls_comm_wait_steps(c, t - (uint32_t)ring, deadline)) != 0)
+                return rc;
             if (xfer == LOCKSTEP_PULL)
                 memcpy(ls_chunk(c, me, 0) + at, p + off, n);
             else

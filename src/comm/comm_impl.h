@@ -3,7 +3,7 @@
  *   [hdr: one line, written by rank 0 before magic]
  *   [state: one line: joined counter, failure code]
  *   [barrier: lockstep_barrier_t, AUTO, process-shared, `size` participants]
- *   [ctl[r]: three lines per rank: pid, cpu, step word | announcement 0 | announcement 1]
+ *   [ctl[r]: three lines per rank: pid, cpu, step word, where | announcement 0 | announcement 1]
  *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
  *
  * Call protocol (see comm.c): a call numbered s writes its descriptor into ann[s & 1],
@@ -53,22 +53,26 @@ typedef struct ls_desc {
     uint64_t count;
 } ls_desc_t;
 
-#define LS_INLINE_BYTES (LS_LINE - sizeof(lockstep_waitword_t) - sizeof(ls_desc_t))
+#define LS_INLINE_BYTES (LS_LINE - sizeof(lockstep_waitword_t) - sizeof(ls_desc_t) - 4)
 
-/* One announcement buffer: the sequence number a rank waits on, the descriptor and, for
- * payloads up to LS_INLINE_BYTES, the payload itself, so that the transfer that shows
- * a peer's arrival also brings its call and its data. */
+/* One announcement buffer: the sequence number a rank waits on, the descriptor, the CPU
+ * the rank announced from (-1 unless ranks outnumber CPUs; see wait_peers in comm.c) and,
+ * for payloads up to LS_INLINE_BYTES, the payload itself, so that the transfer that
+ * shows a peer's arrival also brings its call and its data. */
 typedef struct ls_announce {
     lockstep_waitword_t seq;
     ls_desc_t desc;
+    int32_t where;
     unsigned char data[LS_INLINE_BYTES];
 } ls_announce_t;
+_Static_assert(sizeof(ls_announce_t) == LS_LINE, "an announcement is one line");
 
 typedef struct ls_ctl {
     struct {
-        int32_t pid, cpu;
+        int32_t pid, cpu;         /* cpu: at create, for ORDER_TOPOLOGY */
         lockstep_waitword_t step; /* last data step finished */
-        char pad[LS_LINE - 8 - sizeof(lockstep_waitword_t)];
+        int32_t where;            /* the CPU of the last step, as in ls_announce_t */
+        char pad[LS_LINE - 12 - sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -112,6 +116,8 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
                      int root, uint64_t count, int wait_all);
 int ls_comm_verify(lockstep_comm_t *c);
 int ls_comm_step(lockstep_comm_t *c, uint64_t deadline);
+/* publish my step word = t (with where I run, when ranks outnumber CPUs) */
+void ls_comm_publish_step(lockstep_comm_t *c, uint32_t t);
 /* wait until every other rank's step word has reached t */
 int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline);
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);

@@ -77,7 +77,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
                 return rc;
             memcpy(p + off, ls_chunk(c, xfer == LOCKSTEP_PULL ? root : me, 0) + at, n);
         }
-        lockstep_wait_publish(&c->wait, &ls_ctl(c, me)->own.step, t);
+        ls_comm_publish_step(c, t);
     }
     c->step = base + (uint32_t)pieces;
     return 0;

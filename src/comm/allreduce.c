@@ -1,6 +1,6 @@
 /* Allreduce.
  *
- * Small (count * size <= small_bytes): copy in to small[s & 1] (up to 104 bytes: into
+ * Small (count * size <= small_bytes): copy in to small[s & 1] (up to 100 bytes: into
  * the announcement itself), announce (which publishes the payload), then reduce every
  * rank's copy, in rank order, straight into recv. One synchronisation per call; no closing barrier, because a
  * slot is only rewritten two calls later (see comm_impl.h).

@@ -132,8 +132,10 @@ static int body(int rank, int size, const char *job)
     struct shared_page *page = harness_page();
     int bad = 0, di = 0;
     unsigned cs = 0;
-    /* 16387 f32 = just over the 64 KiB small slot; 300007 = chunked, odd; 16 Mi = 64 MiB */
-    static const size_t counts[] = {0, 1, 7, 1000, 16383, 16387, 300007};
+    /* 25/26 (4-byte types) and 50/51 (2-byte): either side of the 100-byte payload that
+     * rides in the announcement; 16387 f32 = just over the 64 KiB small slot; 300007 =
+     * chunked, odd; 16 Mi = 64 MiB */
+    static const size_t counts[] = {0, 1, 7, 25, 26, 50, 51, 1000, 16383, 16387, 300007};
     for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
         for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
             for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++) {

@@ -67,7 +67,10 @@ typedef struct lockstep_comm_params {
     int rank;
     int size;
     uint32_t timeout_ms;                 /* deadline of every wait; 0 = none; default 60000 */
-    lockstep_wait_policy_t wait_policy;
+    lockstep_wait_policy_t wait_policy; /* auto with more ranks than CPUs: a rank yields
+                                            at once, unless every rank it still waits for
+                                            last ran on another CPU: then it spins up to
+                                            5 us first */
     size_t small_bytes;                  /* per-rank announce slot (x2): the small-message limit */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large

@@ -311,6 +311,7 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     if (rc)
         return rc;
     uint32_t s = ++c->seq;
+    c->busy = -1; /* once every rank has announced s, none is still in call s - 1 */
     ls_announce_t *a = &ls_ctl(c, c->rank)->ann[s & 1];
     a->desc.call = (uint8_t)call;
     a->desc.op = (uint8_t)op;
@@ -698,6 +699,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         goto fail_unlink;
     }
     shm_unlink(name); /* step 4: the name is gone, the mappings stay */
+    c->busy = -1;
     compute_topology(c);
     return c;
 

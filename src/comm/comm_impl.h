@@ -11,8 +11,10 @@
  * compares their descriptors with its own. Tiny payloads ride in the announcement
  * (ann.data), small ones in small[s & 1]; a rank can only reuse either at call s + 2,
  * by which time every rank has announced s + 1 and so finished reading call s. Large payloads go
- * through chunk[j & 1] in steps: every rank publishes ctl.step = t and waits for all
- * ranks to reach t before reading what they wrote before it. The large broadcast uses
+ * through the chunk slots in steps: every rank publishes ctl.step = t and waits for all
+ * ranks to reach t before reading what they wrote before it. A large allreduce may
+ * write its first chunk before announcing, into a slot no peer can still be reading
+ * for the previous call (comm->busy, which every rank tracks alike). The large broadcast uses
  * the same words as a pipeline, waiting on the root only (see gather.c); every call
  * leaves every rank's step count equal. */
 #ifndef LOCKSTEP_COMM_IMPL_H
@@ -28,6 +30,8 @@
 
 #define LS_COMM_MAGIC 0x6c73636du /* "lscm" */
 #define LS_LINE LOCKSTEP_CACHELINE
+
+#define LS_BUSY_BOTH 2
 
 enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER };
 
@@ -90,6 +94,9 @@ struct lockstep_comm {
     lockstep_pool_t *pool;             /* optional helper threads for large messages */
     int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
     uint64_t rng;                      /* ORDER_RANDOM */
+    int busy;                          /* which of my chunk slots peers may still read
+                                          after my last call returned: -1 none, 0 or 1,
+                                          LS_BUSY_BOTH; the same on every rank */
 };
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)

@@ -80,6 +80,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         ls_comm_publish_step(c, t);
     }
     c->step = base + (uint32_t)pieces;
+    c->busy = LS_BUSY_BOTH; /* receivers may still be copying from the root's ring */
     return 0;
 }
 
@@ -144,6 +145,7 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
             const char *from = xfer == LOCKSTEP_PULL ? ls_chunk(c, k, b) : ls_chunk(c, me, b) + (size_t)k * q;
             ls_comm_copy(c, out + (size_t)k * bytes + off, from, q);
         }
+        c->busy = (int)b;
     }
     return 0;
 }

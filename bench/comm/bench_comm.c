@@ -143,8 +143,8 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++) {
         lockstep_comm_params_t q = p;
         snprintf(q.job, sizeof q.job, "%.150s-bench%s", base, suffix[k]);
-        if (k == 1)
-            q.small_bytes = max_bytes + 4096; /* everything on the small path (chunk: 1 MiB) */
+        if (k == 1) /* everything on the small path (chunk: 1 MiB) */
+            q.small_bytes = q.allreduce_small_bytes = max_bytes + 4096;
         if (k == 2)
             q.small_bytes = 256;              /* everything but tiny on the large path */
         c.ls[k] = lockstep_comm_create(&q);

@@ -71,7 +71,11 @@ typedef struct lockstep_comm_params {
                                             at once, unless every rank it still waits for
                                             last ran on another CPU: then it spins up to
                                             5 us first */
-    size_t small_bytes;                  /* per-rank announce slot (x2): the small-message limit */
+    size_t small_bytes;                  /* per-rank announce slot (x2): broadcasts and
+                                            allgathers up to this size go through it, with
+                                            one synchronisation; 256..1 GiB, a multiple of 64 */
+    size_t allreduce_small_bytes;        /* allreduces up to this size (and up to
+                                            small_bytes) take the small path; 256..1 GiB */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
                                             allreduce uses at most 256 KiB of it per step */
@@ -85,8 +89,8 @@ typedef struct lockstep_comm_params {
                                             comm calls. */
 } lockstep_comm_params_t;
 
-/* job "", rank 0, size 1, timeout 60 s, default policy, small 16 KiB (the measured
- * switch point, see comm.c), chunk 1 MiB. */
+/* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
+ * 8 KiB (both the measured switch points, see comm.c), chunk 1 MiB. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and

@@ -77,7 +77,7 @@ class Comm:
     """A communicator over `size` ranks of one job (see the module docstring)."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
-                 small_bytes=0, chunk_bytes=0):
+                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0):
         if timeout is None:
             timeout_ms = 0
         elif timeout <= 0:
@@ -85,7 +85,8 @@ class Comm:
         else:
             timeout_ms = max(1, int(timeout * 1000))
         self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
-                                 _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes)
+                                 _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
+                                 allreduce_small_bytes)
         self.rank = self._c.rank
         self.size = self._c.size
 

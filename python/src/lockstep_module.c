@@ -36,14 +36,29 @@ typedef struct {
 
 static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes", NULL};
+    static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes",
+                             "allreduce_small_bytes", NULL};
     const char *job;
     int rank, size, policy = 0;
     unsigned long timeout_ms = 60000;
-    Py_ssize_t small = 0, chunk = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinn", kwlist, &job, &rank, &size, &timeout_ms,
-                                     &policy, &small, &chunk))
+    Py_ssize_t small = 0, chunk = 0, ar_small = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnn", kwlist, &job, &rank, &size, &timeout_ms,
+                                     &policy, &small, &chunk, &ar_small))
         return -1;
+    /* 0 keeps the default; anything else must be what lockstep_comm_create accepts */
+    const Py_ssize_t gib = (Py_ssize_t)1 << 30;
+    if (small && (small < 256 || small > gib || small % 64)) {
+        PyErr_Format(PyExc_ValueError, "small_bytes must be a multiple of 64 from 256 to 2**30 (got %zd)", small);
+        return -1;
+    }
+    if (chunk && (chunk < 4096 || chunk > gib || chunk % 64)) {
+        PyErr_Format(PyExc_ValueError, "chunk_bytes must be a multiple of 64 from 4096 to 2**30 (got %zd)", chunk);
+        return -1;
+    }
+    if (ar_small && (ar_small < 256 || ar_small > gib)) {
+        PyErr_Format(PyExc_ValueError, "allreduce_small_bytes must be from 256 to 2**30 (got %zd)", ar_small);
+        return -1;
+    }
     lockstep_comm_params_t p = lockstep_comm_params_default();
     if (strlen(job) == 0 || strlen(job) > LOCKSTEP_COMM_JOB_MAX) {
         PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
@@ -63,6 +78,8 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         p.small_bytes = (size_t)small;
     if (chunk)
         p.chunk_bytes = (size_t)chunk;
+    if (ar_small)
+        p.allreduce_small_bytes = (size_t)ar_small;
     lockstep_comm_t *c;
     Py_BEGIN_ALLOW_THREADS
     c = lockstep_comm_create(&p);
@@ -343,7 +360,7 @@ static PyTypeObject CommType = {
     .tp_name = "lockstep._lockstep.Comm",
     .tp_basicsize = sizeof(CommObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0)",
+    .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)comm_init,
     .tp_dealloc = (destructor)comm_dealloc,

@@ -1,9 +1,10 @@
 /* Allreduce.
  *
- * Small (count * size <= small_bytes): copy in to small[s & 1] (up to 100 bytes: into
- * the announcement itself), announce (which publishes the payload), then reduce every
- * rank's copy, in rank order, straight into recv. One synchronisation per call; no closing barrier, because a
- * slot is only rewritten two calls later (see comm_impl.h).
+ * Small (count * size <= allreduce_small_bytes, capped at small_bytes): copy in to
+ * small[s & 1] (up to 100 bytes: into the announcement itself), announce (which
+ * publishes the payload), then reduce every rank's copy, in rank order, straight into
+ * recv. One synchronisation per call; no closing barrier, because a slot is only
+ * rewritten two calls later (see comm_impl.h).
  *
  * Large: per chunk of step_bytes (chunk_bytes, smaller when oversubscribed; see
  * comm.c), double-buffered:
@@ -51,7 +52,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     int N = c->size, me = c->rank, rc;
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
 
-    if (bytes <= c->hdr->small_bytes) {
+    if (bytes <= c->hdr->allreduce_small) {
         unsigned b = (c->seq + 1) & 1;
         int tiny = bytes <= LS_INLINE_BYTES; /* the payload rides in the announcement */
         if (bytes)

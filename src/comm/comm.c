@@ -42,10 +42,16 @@ lockstep_comm_params_t lockstep_comm_params_default(void)
     p.size = 1;
     p.timeout_ms = 60000;
     p.wait_policy = LOCKSTEP_WAIT_DEFAULT;
-    /* The small/large switch, measured by `lockstep bench comm` (allreduce_paths rows):
-     * the chunked reduce-scatter path wins from 16 KiB on at 2 ranks (6.9 against 8.1 us)
-     * and 4 ranks (18.7 against 19.3 us; 46 against 52 at 64 KiB). */
-    p.small_bytes = 16 * 1024;
+    /* The small/large switches, measured with both paths interleaved in the same
+     * processes (4-byte steps from 4 KiB; 2 and 4 ranks; median of 15 batches).
+     * Allreduce: the chunked reduce-scatter path ties the small one at 8 KiB and wins
+     * above it (2 ranks, 12 KiB: 5.4 against 5.9 us; 4 ranks: 13.5 against 14.4). A
+     * broadcast or allgather gains nothing from the large path's chunks until they
+     * pipeline, and pays one synchronisation more: the small path is 1.2-2x faster up to
+     * 128 KiB, equal or faster at 256 KiB, and even at 512 KiB, with unchanged or fresh
+     * data. */
+    p.small_bytes = 256 * 1024;
+    p.allreduce_small_bytes = 8 * 1024;
     p.chunk_bytes = 1024 * 1024;
     return p;
 }
@@ -570,7 +576,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     if (!p || p->size < 1 || p->size > LOCKSTEP_COMM_MAX_RANKS || p->rank < 0 ||
         p->rank >= p->size || !p->job[0] || memchr(p->job, 0, sizeof p->job) == NULL ||
         p->small_bytes < 256 || p->small_bytes % 64 || p->chunk_bytes < 4096 || p->chunk_bytes % 64 ||
-        p->small_bytes > ((size_t)1 << 30) || p->chunk_bytes > ((size_t)1 << 30)) {
+        p->small_bytes > ((size_t)1 << 30) || p->chunk_bytes > ((size_t)1 << 30) ||
+        p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > ((size_t)1 << 30)) {
         errno = EINVAL;
         return NULL;
     }
@@ -596,6 +603,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     memset(&want, 0, sizeof want);
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
+    want.allreduce_small = p->allreduce_small_bytes < p->small_bytes ? p->allreduce_small_bytes : p->small_bytes;
     want.chunk_bytes = p->chunk_bytes;
     size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
     want.off_barrier = 2 * LS_LINE;
@@ -636,6 +644,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                         if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
                             pid_alive(h->creator_pid)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
+                                      h->allreduce_small != want.allreduce_small ||
                                       h->chunk_bytes != want.chunk_bytes || h->total != want.total;
                             ready = !differs && (size_t)st.st_size >= want.total;
                         }

@@ -41,6 +41,7 @@ typedef struct ls_seg_hdr {
     uint32_t reserved;
     uint64_t small_bytes, chunk_bytes, data_stride;
     uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
+    uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
     uint64_t off_barrier, off_ctl, off_data, total;
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");

@@ -137,13 +137,19 @@ static int args_body(int rank, int size, const char *job)
 
 /* ---- rendezvous --------------------------------------------------------------------- */
 
-static int wrong_size_body(int rank, int size, const char *job)
+static int disagree_on; /* 0: the size; 1: the allreduce switch point */
+
+static int disagree_body(int rank, int size, const char *job)
 {
     (void)size;
     lockstep_comm_params_t p = lockstep_comm_params_default();
     snprintf(p.job, sizeof p.job, "%s", job);
     p.rank = rank;
-    p.size = rank == 0 ? 2 : 3; /* they disagree */
+    p.size = 2;
+    if (disagree_on == 0)
+        p.size = rank == 0 ? 2 : 3;
+    else if (rank == 1)
+        p.allreduce_small_bytes = 4096; /* the ranks would take different paths */
     p.timeout_ms = 500;
     if (rank == 1)
         usleep(100 * 1000); /* let rank 0 create it first */
@@ -169,6 +175,17 @@ static void test_rendezvous(void)
     p.rank = 0;
     p.small_bytes = 100;
     CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p.small_bytes = 4096 + 32; /* not a multiple of 64 */
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "x");
+    p.allreduce_small_bytes = 100;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p.allreduce_small_bytes = ((size_t)1 << 30) + 1;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    p.allreduce_small_bytes = 8192;
+    p.chunk_bytes = 4000;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
 
     /* a rank that never comes: the others time out and the name is gone */
     harness_job(job, sizeof job, "alone");
@@ -183,8 +200,13 @@ static void test_rendezvous(void)
 
     /* ranks that disagree on the size */
     harness_job(job, sizeof job, "size");
-    CHECK_EQ(harness_run(wrong_size_body, 2, job, 30, 0), 0);
+    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
     CHECK_EQ(shm_entries_with(job), 0);
+    harness_job(job, sizeof job, "switch");
+    disagree_on = 1;
+    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+    disagree_on = 0;
 
     /* a stale segment (creator dead) is replaced; a live one is refused */
     harness_job(job, sizeof job, "stale");

@@ -111,6 +111,12 @@ def test_bad_buffers_raise_what_to_fix():
         lockstep.Comm("x", 3, 2)
     with pytest.raises(ValueError, match="timeout"):
         lockstep.Comm("x", 0, 1, timeout=-1)
+    with pytest.raises(ValueError, match="small_bytes must be a multiple of 64"):
+        lockstep.Comm("x", 0, 1, small_bytes=1000)
+    with pytest.raises(ValueError, match="chunk_bytes must be"):
+        lockstep.Comm("x", 0, 1, chunk_bytes=1024)
+    with pytest.raises(ValueError, match="allreduce_small_bytes must be from 256"):
+        lockstep.Comm("x", 0, 1, allreduce_small_bytes=100)
     c = lockstep.Comm(f"py-closed-{os.getpid()}", 0, 1)
     c.close()
     with pytest.raises(lockstep.CommError, match="closed"):

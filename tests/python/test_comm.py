@@ -71,7 +71,7 @@ def gather_body(rank, size, job):
     with lockstep.Comm(job, rank, size) as c:
         for order in ("linear", "rotated", "random", "topology"):
             for xfer in ("pull", "push"):
-                for n in (1, 100, 40000):
+                for n in (1, 100, 40000, 300000):  # both sides of the 256 KiB switch
                     b = np.full(n, 7 if rank == 1 % size else 0, dtype=np.uint8)
                     c.broadcast(b, root=1 % size, order=order, xfer=xfer)
                     assert (b == 7).all()

@@ -43,13 +43,13 @@ lockstep_comm_params_t lockstep_comm_params_default(void)
     p.timeout_ms = 60000;
     p.wait_policy = LOCKSTEP_WAIT_DEFAULT;
     /* The small/large switches, measured with both paths interleaved in the same
-     * processes (4-byte steps from 4 KiB; 2 and 4 ranks; median of 15 batches).
-     * Allreduce: the chunked reduce-scatter path ties the small one at 8 KiB and wins
-     * above it (2 ranks, 12 KiB: 5.4 against 5.9 us; 4 ranks: 13.5 against 14.4). A
-     * broadcast or allgather gains nothing from the large path's chunks until they
-     * pipeline, and pays one synchronisation more: the small path is 1.2-2x faster up to
-     * 128 KiB, equal or faster at 256 KiB, and even at 512 KiB, with unchanged or fresh
-     * data. */
+     * processes (4, 6, 8, 12, 16, 24, 32, 48, 64 KiB, then x2 to 1 MiB; 2 and 4 ranks;
+     * median of 15 batches). Allreduce: the chunked reduce-scatter path ties the small
+     * one at 8 KiB and wins above it (2 ranks, 12 KiB: 5.4 against 5.9 us; 4 ranks: 13.5
+     * against 14.4). A broadcast or allgather gains nothing from the large path's chunks
+     * until they pipeline, and pays one synchronisation more: the small path is 1.1-2.3x
+     * faster up to 128 KiB and ties or wins at 256 KiB, with unchanged or fresh data; at
+     * 512 KiB the large path ties or wins. */
     p.small_bytes = 256 * 1024;
     p.allreduce_small_bytes = 8 * 1024;
     p.chunk_bytes = 1024 * 1024;

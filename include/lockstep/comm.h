@@ -106,6 +106,10 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p);
  * none); for error messages. Thread-unsafe, like getenv. */
 const char *lockstep_comm_env_error(void);
 
+/* 0 if lockstep_comm_create would accept params' values, else -EINVAL with a message
+ * naming the field to fix and its valid range in msg (len bytes; msg may be NULL). */
+int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, size_t len);
+
 /* Join the job: every rank calls this with the same job and size. Blocks until all
  * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
  * (bad params), ETIMEDOUT (peers did not come), EEXIST (a live job already uses the

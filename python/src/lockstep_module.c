@@ -45,28 +45,13 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnn", kwlist, &job, &rank, &size, &timeout_ms,
                                      &policy, &small, &chunk, &ar_small))
         return -1;
-    /* 0 keeps the default; anything else must be what lockstep_comm_create accepts */
-    const Py_ssize_t gib = (Py_ssize_t)1 << 30;
-    if (small && (small < 256 || small > gib || small % 64)) {
-        PyErr_Format(PyExc_ValueError, "small_bytes must be a multiple of 64 from 256 to 2**30 (got %zd)", small);
-        return -1;
-    }
-    if (chunk && (chunk < 4096 || chunk > gib || chunk % 64)) {
-        PyErr_Format(PyExc_ValueError, "chunk_bytes must be a multiple of 64 from 4096 to 2**30 (got %zd)", chunk);
-        return -1;
-    }
-    if (ar_small && (ar_small < 256 || ar_small > gib)) {
-        PyErr_Format(PyExc_ValueError, "allreduce_small_bytes must be from 256 to 2**30 (got %zd)", ar_small);
-        return -1;
-    }
     lockstep_comm_params_t p = lockstep_comm_params_default();
     if (strlen(job) == 0 || strlen(job) > LOCKSTEP_COMM_JOB_MAX) {
         PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
         return -1;
     }
-    if (size < 1 || size > LOCKSTEP_COMM_MAX_RANKS || rank < 0 || rank >= size) {
-        PyErr_Format(PyExc_ValueError, "need 0 <= rank < size <= %d (got rank=%d size=%d)",
-                     LOCKSTEP_COMM_MAX_RANKS, rank, size);
+    if (small < 0 || chunk < 0 || ar_small < 0) { /* 0 keeps the default */
+        PyErr_SetString(PyExc_ValueError, "small_bytes, chunk_bytes and allreduce_small_bytes must not be negative");
         return -1;
     }
     snprintf(p.job, sizeof p.job, "%s", job);
@@ -80,6 +65,11 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         p.chunk_bytes = (size_t)chunk;
     if (ar_small)
         p.allreduce_small_bytes = (size_t)ar_small;
+    char why[160]; /* the job's length is checked above: p.job would hide it */
+    if (lockstep_comm_params_check(&p, why, sizeof why)) {
+        PyErr_SetString(PyExc_ValueError, why);
+        return -1;
+    }
     lockstep_comm_t *c;
     Py_BEGIN_ALLOW_THREADS
     c = lockstep_comm_create(&p);

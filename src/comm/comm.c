@@ -570,14 +570,39 @@ static int create_segment(const char *name, size_t total)
     return -EEXIST;
 }
 
+#define SLOT_MAX ((size_t)1 << 30)
+
+int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_t len)
+{
+    char dummy[1];
+    if (!msg || !len) {
+        msg = dummy;
+        len = sizeof dummy;
+    }
+    if (!p)
+        snprintf(msg, len, "no params");
+    else if (!p->job[0] || memchr(p->job, 0, sizeof p->job) == NULL)
+        snprintf(msg, len, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
+    else if (p->size < 1 || p->size > LOCKSTEP_COMM_MAX_RANKS || p->rank < 0 || p->rank >= p->size)
+        snprintf(msg, len, "need 0 <= rank < size <= %d (got rank=%d size=%d)", LOCKSTEP_COMM_MAX_RANKS,
+                 p->rank, p->size);
+    else if (p->small_bytes < 256 || p->small_bytes > SLOT_MAX || p->small_bytes % 64)
+        snprintf(msg, len, "small_bytes must be a multiple of 64 from 256 to 2**30 (got %zu)", p->small_bytes);
+    else if (p->chunk_bytes < 4096 || p->chunk_bytes > SLOT_MAX || p->chunk_bytes % 64)
+        snprintf(msg, len, "chunk_bytes must be a multiple of 64 from 4096 to 2**30 (got %zu)", p->chunk_bytes);
+    else if (p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > SLOT_MAX)
+        snprintf(msg, len, "allreduce_small_bytes must be from 256 to 2**30 (got %zu)", p->allreduce_small_bytes);
+    else {
+        msg[0] = 0;
+        return 0;
+    }
+    return -EINVAL;
+}
+
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
 {
     int err = EINVAL;
-    if (!p || p->size < 1 || p->size > LOCKSTEP_COMM_MAX_RANKS || p->rank < 0 ||
-        p->rank >= p->size || !p->job[0] || memchr(p->job, 0, sizeof p->job) == NULL ||
-        p->small_bytes < 256 || p->small_bytes % 64 || p->chunk_bytes < 4096 || p->chunk_bytes % 64 ||
-        p->small_bytes > ((size_t)1 << 30) || p->chunk_bytes > ((size_t)1 << 30) ||
-        p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > ((size_t)1 << 30)) {
+    if (lockstep_comm_params_check(p, NULL, 0)) {
         errno = EINVAL;
         return NULL;
     }

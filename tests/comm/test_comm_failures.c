@@ -186,6 +186,22 @@ static void test_rendezvous(void)
     p.allreduce_small_bytes = 8192;
     p.chunk_bytes = 4000;
     CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    /* the check create makes, with the field to fix named */
+    char why[160];
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), -EINVAL);
+    CHECK(strstr(why, "chunk_bytes") == why && strstr(why, "got 4000") != NULL);
+    p.chunk_bytes = 4096;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), 0);
+    CHECK_EQ(why[0], 0);
+    p.allreduce_small_bytes = 100;
+    CHECK_EQ(lockstep_comm_params_check(&p, NULL, 0), -EINVAL);
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), -EINVAL);
+    CHECK(strstr(why, "allreduce_small_bytes") == why);
+    p.allreduce_small_bytes = 8192;
+    p.small_bytes = 4096 + 32;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, 12), -EINVAL); /* truncated, terminated */
+    CHECK(strcmp(why, "small_bytes") == 0);
+    CHECK_EQ(lockstep_comm_params_check(NULL, why, sizeof why), -EINVAL);
 
     /* a rank that never comes: the others time out and the name is gone */
     harness_job(job, sizeof job, "alone");

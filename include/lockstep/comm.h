@@ -10,7 +10,8 @@
  * disagree the call fails on every rank with -LOCKSTEP_EMISMATCH, never with mixed-up
  * data. Every wait has a deadline (params.timeout_ms) and, between short slices,
  * checks that peers are alive: a rank that died makes the call fail on the others with
- * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT. After any
+ * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT, a wait
+ * abandoned through params.cancel (Ctrl-C, say) with -ECANCELED. After any
  * such failure the communicator is broken on every rank (later calls return the same
  * error); free it and create a new one.
  *
@@ -87,6 +88,14 @@ typedef struct lockstep_comm_params {
                                             64 KiB pieces on the calling thread instead.
                                             The pool must not be running a region during
                                             comm calls. */
+    int (*cancel)(void *arg);            /* optional: asked at least every 10 ms while a call
+                                            (or create) waits for peers; nonzero abandons
+                                            the wait: the call returns -ECANCELED and the
+                                            communicator is broken on every rank (their
+                                            calls fail with -ECANCELED too). For Ctrl-C:
+                                            the Python package checks its signal handlers
+                                            here. Runs on the calling thread. */
+    void *cancel_arg;
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
@@ -112,8 +121,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
 
 /* Join the job: every rank calls this with the same job and size. Blocks until all
  * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
- * (bad params), ETIMEDOUT (peers did not come), EEXIST (a live job already uses the
- * name), ENOMEM, or the shm_open/mmap errno. */
+ * (bad params), ETIMEDOUT (peers did not come), ECANCELED (params.cancel asked),
+ * EEXIST (a live job already uses the name), ENOMEM, or the shm_open/mmap errno. */
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *params);
 
 /* Leave: unmap. NULL is a no-op. */
@@ -128,7 +137,8 @@ size_t lockstep_dtype_size(lockstep_dtype_t dtype);
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
- * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT. */
+ * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
+ * peer's params.cancel asked). Broadcast, allgather and barrier return the same codes. */
 int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op);
 

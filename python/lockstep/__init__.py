@@ -8,7 +8,10 @@
 
 Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeoutError
 (a rank missed the deadline; also a TimeoutError), MismatchError (ranks called
-different collectives). After one of these the communicator is broken on every rank.
+different collectives), CommCancelledError (another rank abandoned the call). After one
+of these the communicator is broken on every rank. Ctrl-C (or any signal handler that
+raises) interrupts a call that waits for peers within about 10 ms: that rank gets the
+handler's exception (KeyboardInterrupt), the others CommCancelledError.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError
 (not a buffer, unsupported dtype).
 
@@ -17,11 +20,11 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
 from numpy import ndarray as _ndarray
 
 from . import _lockstep
-from ._lockstep import (BadFileError, CommError, CommTimeoutError, LoadCancelled, LoadError,
-                        MismatchError, PeerDiedError)
+from ._lockstep import (BadFileError, CommCancelledError, CommError, CommTimeoutError, LoadCancelled,
+                        LoadError, MismatchError, PeerDiedError)
 from .load import load
 
-__all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError",
+__all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "CommCancelledError",
            "load", "LoadError", "BadFileError", "LoadCancelled", "__version__"]
 __version__ = _lockstep.version
 

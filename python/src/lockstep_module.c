@@ -9,11 +9,13 @@
 #include "load_module.h"
 #include "lockstep/lockstep.h"
 
-static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError;
+static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError, *CancelledError;
 
 /* A negative lockstep/errno code as the matching exception; returns NULL. */
 static PyObject *raise_code(int rc, const char *what)
 {
+    if (rc == -ECANCELED && PyErr_Occurred())
+        return NULL; /* this rank's signal handler raised (KeyboardInterrupt): keep it */
     PyObject *type = CommError;
     if (rc == -LOCKSTEP_EPEERDIED)
         type = PeerDiedError;
@@ -21,6 +23,11 @@ static PyObject *raise_code(int rc, const char *what)
         type = CommTimeoutError;
     else if (rc == -LOCKSTEP_EMISMATCH)
         type = MismatchError;
+    else if (rc == -ECANCELED) {
+        PyErr_Format(CancelledError, "%s: a rank abandoned the call (Ctrl-C or another signal); "
+                     "the communicator is broken: close it and create a new one", what);
+        return NULL;
+    }
     else if (rc == -EINVAL)
         type = PyExc_ValueError;
     else if (rc == -ENOMEM)
@@ -33,6 +40,26 @@ typedef struct {
     PyObject_HEAD
     lockstep_comm_t *comm;
 } CommObject;
+
+/* params.cancel: run the signal handlers (Ctrl-C's KeyboardInterrupt) while a call
+ * waits; a handler that raises abandons the call. A call made holding the GIL (short
+ * ones) also lets other threads run here, so a stuck peer cannot starve them. Called
+ * every 10 ms of waiting, never on the fast path. */
+static int py_cancel(void *arg)
+{
+    (void)arg;
+    int stop;
+    if (PyGILState_Check()) {
+        Py_BEGIN_ALLOW_THREADS
+        Py_END_ALLOW_THREADS
+        stop = PyErr_CheckSignals() < 0;
+    } else {
+        PyGILState_STATE g = PyGILState_Ensure();
+        stop = PyErr_CheckSignals() < 0;
+        PyGILState_Release(g);
+    }
+    return stop;
+}
 
 static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
 {
@@ -65,6 +92,7 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         p.chunk_bytes = (size_t)chunk;
     if (ar_small)
         p.allreduce_small_bytes = (size_t)ar_small;
+    p.cancel = py_cancel;
     char why[160]; /* the job's length is checked above: p.job would hide it */
     if (lockstep_comm_params_check(&p, why, sizeof why)) {
         PyErr_SetString(PyExc_ValueError, why);
@@ -398,7 +426,9 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     CommTimeoutError = PyErr_NewExceptionWithDoc("lockstep.CommTimeoutError", "a peer missed the deadline", tbases, NULL);
     Py_XDECREF(tbases);
     MismatchError = PyErr_NewExceptionWithDoc("lockstep.MismatchError", "ranks called different collectives", CommError, NULL);
-    if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError)
+    CancelledError = PyErr_NewExceptionWithDoc("lockstep.CommCancelledError", "a rank abandoned a call (a signal)",
+                                               CommError, NULL);
+    if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError || !CancelledError)
         return NULL;
     Py_INCREF(&CommType);
     PyModule_AddObject(m, "Comm", (PyObject *)&CommType);
@@ -406,6 +436,7 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyModule_AddObject(m, "PeerDiedError", Py_NewRef(PeerDiedError));
     PyModule_AddObject(m, "CommTimeoutError", Py_NewRef(CommTimeoutError));
     PyModule_AddObject(m, "MismatchError", Py_NewRef(MismatchError));
+    PyModule_AddObject(m, "CommCancelledError", Py_NewRef(CancelledError));
     PyModule_AddStringConstant(m, "version", lockstep_version());
     if (lockstep_py_add_load(m) != 0) {
         Py_DECREF(m);

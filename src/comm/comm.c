@@ -207,14 +207,17 @@ static uint64_t slice_end(uint64_t deadline)
     return deadline && until > deadline ? deadline : until;
 }
 
-/* Between two slices of a wait: has the communicator failed, is `peer` (or, with
- * peer < 0, every rank) still alive, has the deadline passed? 0 to keep waiting, else
- * the error that ends the wait (recorded for every rank). */
+/* Between two slices of a wait: has the communicator failed, does the caller want
+ * out (params.cancel), is `peer` (or, with peer < 0, every rank) still alive, has the
+ * deadline passed? 0 to keep waiting, else the error that ends the wait (recorded for
+ * every rank). */
 static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
 {
     int rc = ls_comm_failed(c);
     if (rc)
         return rc;
+    if (c->cancel && c->cancel(c->cancel_arg))
+        return ls_comm_fail(c, ECANCELED);
     for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
         if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
             return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
@@ -615,6 +618,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     c->size = p->size;
     c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
     c->pool = p->pool;
+    c->cancel = p->cancel;
+    c->cancel_arg = p->cancel_arg;
     c->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)(p->rank + 1) * 0xbf58476d1ce4e5b9ull);
     int rc = lockstep_wait_init(&c->wait, p->wait_policy, (unsigned)p->size, 1);
     if (rc) {
@@ -690,6 +695,10 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
             }
             if (deadline && lockstep_now_ns() >= deadline) {
                 err = ETIMEDOUT;
+                goto fail;
+            }
+            if (p->cancel && p->cancel(p->cancel_arg)) {
+                err = ECANCELED;
                 goto fail;
             }
             sleep_ms(1);

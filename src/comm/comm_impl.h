@@ -93,6 +93,8 @@ struct lockstep_comm {
     ls_seg_state_t *state;
     lockstep_barrier_t *barrier;
     lockstep_pool_t *pool;             /* optional helper threads for large messages */
+    int (*cancel)(void *arg);          /* params.cancel, asked between wait slices */
+    void *cancel_arg;
     int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
     uint64_t rng;                      /* ORDER_RANDOM */
     int busy;                          /* which of my chunk slots peers may still read

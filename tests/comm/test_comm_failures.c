@@ -68,6 +68,87 @@ static int late_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* ---- cancel: params.cancel abandons a wait ------------------------------------------- */
+
+static int cancel_calls, cancel_at; /* cancel() says yes on its cancel_at-th call */
+
+static int cancel_third(void *arg)
+{
+    CHECK(arg == &cancel_calls);
+    return ++cancel_calls == cancel_at;
+}
+
+static lockstep_comm_params_t cancel_params(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "%s", job);
+    p.rank = rank;
+    p.size = size;
+    p.timeout_ms = 120000; /* the watchdog (60 s) ends the test first if cancel is ignored */
+    p.cancel = cancel_third;
+    p.cancel_arg = &cancel_calls;
+    return p;
+}
+
+/* Rank 1 calls only once rank 0 has abandoned its call: rank 0's wait can end only
+ * through cancel, and rank 1 then finds the communicator broken. Rank 0's cancel is
+ * asked between wait slices only, so never before it must wait. */
+static int cancel_body(int rank, int size, const char *job)
+{
+    volatile int64_t *done = &harness_page()->value[0][0];
+    lockstep_comm_params_t p = cancel_params(rank, size, job);
+    cancel_at = 1 << 30; /* never, during create */
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    int x[3] = {rank, rank, rank};
+    int kind = (int)harness_page()->value[1][0]; /* 0 allreduce, 1 barrier, 2 broadcast */
+    if (rank == 0) {
+        cancel_calls = 0;
+        cancel_at = 3;
+        int rc = kind == 0 ? lockstep_comm_allreduce(c, x, x, 3, LOCKSTEP_I32, LOCKSTEP_SUM)
+                 : kind == 1 ? lockstep_comm_barrier(c)
+                             : lockstep_comm_broadcast(c, x, sizeof x, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+        CHECK_EQ(rc, -ECANCELED);
+        CHECK_EQ(cancel_calls, 3);
+        CHECK_EQ(x[0], 0); /* untouched */
+        *done = 1;
+        CHECK_EQ(lockstep_comm_barrier(c), -ECANCELED); /* broken, without asking again */
+        CHECK_EQ(cancel_calls, 3);
+    } else {
+        while (!*done)
+            usleep(1000);
+        CHECK_EQ(lockstep_comm_allreduce(c, x, x, 3, LOCKSTEP_I32, LOCKSTEP_SUM), -ECANCELED);
+        CHECK_EQ(lockstep_comm_barrier(c), -ECANCELED);
+    }
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_cancel(void)
+{
+    char job[96];
+    /* create: rank 0 waiting for peers to join, and rank 1 waiting for the segment */
+    for (int rank = 0; rank < 2; rank++) {
+        harness_job(job, sizeof job, "cancel-create");
+        lockstep_comm_params_t p = cancel_params(rank, 2, job);
+        cancel_calls = 0;
+        cancel_at = 3;
+        errno = 0;
+        CHECK(lockstep_comm_create(&p) == NULL);
+        CHECK_EQ(errno, ECANCELED);
+        CHECK_EQ(cancel_calls, 3);
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+    for (int kind = 0; kind < 3; kind++) {
+        harness_page()->value[0][0] = 0;
+        harness_page()->value[1][0] = kind;
+        harness_job(job, sizeof job, "cancel");
+        CHECK_EQ(harness_run(cancel_body, 2, job, 60, 0), 0);
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+}
+
 /* ---- mismatched calls --------------------------------------------------------------- */
 
 static int mismatch_case;
@@ -361,8 +442,10 @@ int main(int argc, char **argv)
         test_rendezvous();
     } else if (strcmp(t, "env") == 0) {
         test_env();
+    } else if (strcmp(t, "cancel") == 0) {
+        test_cancel();
     } else {
-        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel\n", argv[0]);
         return 1;
     }
     return 0;

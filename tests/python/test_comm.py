@@ -169,6 +169,40 @@ def test_deadline_raises_timeout():
     run_ranks(late_body, 2)
 
 
+def interrupt_body(rank, size, job):
+    import tempfile
+    import threading
+    import time
+    marker = os.path.join(tempfile.gettempdir(), job + ".interrupted")
+    with lockstep.Comm(job, rank, size, timeout=60) as c:
+        if rank == 0:
+            # Ctrl-C while rank 1 is not calling: without the cancel hook this waits out the
+            # 60 s deadline (CommTimeoutError), and the signalling thread cannot even run,
+            # since a 16-element call keeps the GIL
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGINT)),
+                             daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                c.allreduce(np.zeros(16, np.float32))
+            open(marker, "w").close()
+            with pytest.raises(lockstep.CommCancelledError):  # broken from now on
+                c.barrier()
+        else:
+            for _ in range(6000):
+                if os.path.exists(marker):
+                    break
+                time.sleep(0.01)
+            os.unlink(marker)
+            with pytest.raises(lockstep.CommCancelledError) as e:
+                c.allreduce(np.zeros(16, np.float32))
+            assert "abandoned" in str(e.value) and isinstance(e.value, lockstep.CommError)
+    return True
+
+
+def test_ctrl_c_interrupts_a_waiting_call():
+    run_ranks(interrupt_body, 2)
+
+
 def test_launcher_sets_the_variables(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent("""

@@ -44,7 +44,7 @@ def _code(table, value, what):
 
 def _check_tensor(t):
     """A torch tensor lockstep can hand to C: in CPU memory and contiguous."""
-    if t.device.type != "cpu":
+    if not t.is_cpu:  # (t.device costs ~0.8 us per call; is_cpu a tenth of that)
         raise ValueError(f"lockstep needs CPU tensors; this one is on {t.device} (use .cpu())")
     if not t.is_contiguous():
         raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
@@ -61,9 +61,17 @@ def _torch_code(t):
     return code
 
 
+_TENSOR_TYPES = set()  # torch.Tensor and the subclasses seen so far: one set lookup per call
+
+
 def _is_tensor(obj):
-    mod = type(obj).__module__
-    return mod.startswith("torch") and hasattr(obj, "data_ptr")
+    t = type(obj)
+    if t in _TENSOR_TYPES:
+        return True
+    if t.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        _TENSOR_TYPES.add(t)
+        return True
+    return False
 
 
 def _bytes_view(buf):

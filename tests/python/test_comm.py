@@ -250,6 +250,32 @@ def test_torch_tensors_including_bfloat16():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_custom_op_reduces_across_ranks_and_refuses_autograd():
+    def body(rank, size, job):
+        import lockstep.torch_ops as lt
+        with lockstep.Comm(job, rank, size) as c:
+            h = lt.register(c)
+            t = torch.full((1000,), float(rank + 1))
+            v = t._version
+            torch.ops.lockstep.all_reduce_(t, h, "max")
+            assert (t == size).all(), t
+            assert t._version == v + 1  # autograd sees the in-place change
+            torch.ops.lockstep.all_reduce_(t, h)  # op defaults to sum
+            assert (t == size * size).all(), t
+            x = torch.ones(4, requires_grad=True)
+            with pytest.raises(RuntimeError, match="no_grad"):
+                torch.ops.lockstep.all_reduce_(x * 2, h)  # refused on every rank, before any call
+            with torch.no_grad():
+                torch.ops.lockstep.all_reduce_(x, h, "min")
+            assert x.tolist() == [1.0] * 4
+            with pytest.raises(TypeError, match="float64"):
+                torch.ops.lockstep.all_reduce_(torch.zeros(3, dtype=torch.float64), h)
+            lt.unregister(h)
+        return True
+    run_ranks(body, 2)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_custom_op_stays_in_the_compiled_graph():
     import lockstep.torch_ops as lt
     with lockstep.Comm(f"py-op-{os.getpid()}", 0, 1) as c:

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh bench
 cmake --preset release >/dev/null
 cmake --build --preset release
-scripts/python-env.sh                       # the Python package, for the python_overhead rows
+scripts/python-env.sh torch                 # the Python package (python_overhead rows) and torch (gloo rows)
 exec build/venv/bin/python tools/lockstep bench "$@"

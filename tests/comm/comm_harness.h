@@ -86,12 +86,19 @@ static inline int harness_run(rank_fn fn, int size, const char *job, unsigned wa
     return failed;
 }
 
-static inline lockstep_comm_t *harness_comm(int rank, int size, const char *job, uint32_t timeout_ms)
+/* The defaults, for rank of size in job: what a test changes starts from here. */
+static inline lockstep_comm_params_t harness_params(int rank, int size, const char *job)
 {
     lockstep_comm_params_t p = lockstep_comm_params_default();
     snprintf(p.job, sizeof p.job, "%s", job);
     p.rank = rank;
     p.size = size;
+    return p;
+}
+
+static inline lockstep_comm_t *harness_comm(int rank, int size, const char *job, uint32_t timeout_ms)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
     p.timeout_ms = timeout_ms;
     lockstep_comm_t *c = lockstep_comm_create(&p);
     if (!c)

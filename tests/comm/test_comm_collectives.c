@@ -116,10 +116,7 @@ static int body(int rank, int size, const char *job)
         pp.n_threads = 2;
         pool = lockstep_pool_create(&pp);
         CHECK(pool != NULL);
-        lockstep_comm_params_t p = lockstep_comm_params_default();
-        snprintf(p.job, sizeof p.job, "%s", job);
-        p.rank = rank;
-        p.size = size;
+        lockstep_comm_params_t p = harness_params(rank, size, job);
         p.pool = pool;
         c = lockstep_comm_create(&p);
     } else {

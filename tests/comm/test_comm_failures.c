@@ -80,11 +80,8 @@ static int cancel_third(void *arg)
 
 static lockstep_comm_params_t cancel_params(int rank, int size, const char *job)
 {
-    lockstep_comm_params_t p = lockstep_comm_params_default();
-    snprintf(p.job, sizeof p.job, "%s", job);
-    p.rank = rank;
-    p.size = size;
-    p.timeout_ms = 120000; /* the watchdog (60 s) ends the test first if cancel is ignored */
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 120000; /* longer than harness_run's 60 s watchdog: only cancel ends a wait in time */
     p.cancel = cancel_third;
     p.cancel_arg = &cancel_calls;
     return p;
@@ -223,10 +220,7 @@ static int disagree_on; /* 0: the size; 1: the allreduce switch point */
 static int disagree_body(int rank, int size, const char *job)
 {
     (void)size;
-    lockstep_comm_params_t p = lockstep_comm_params_default();
-    snprintf(p.job, sizeof p.job, "%s", job);
-    p.rank = rank;
-    p.size = 2;
+    lockstep_comm_params_t p = harness_params(rank, 2, job);
     if (disagree_on == 0)
         p.size = rank == 0 ? 2 : 3;
     else if (rank == 1)

@@ -1,7 +1,9 @@
 /* lockstep's collectives against OpenMPI's, in the same processes, interleaved.
  * Launched by `lockstep bench comm` as: mpirun -n N bench_comm [quick]
  * Rank 0 prints JSON rows {"workload", "impl", "param" (bytes), "unit": "us", "reps"}.
- *   allreduce_<N>r            — f32 sum, lockstep (auto switch) vs MPI_Allreduce
+ *   allreduce_<N>r            — f32 sum, lockstep (auto switch) vs MPI_Allreduce; and
+ *                                lockstep-buffer: the same call on an array in the
+ *                                communicator's shared buffer (zero-copy)
  *   allreduce_small_<N>r / allreduce_large_<N>r — lockstep forced to one path (the
  *                                switch point is where these cross)
  *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
@@ -31,8 +33,8 @@ static double now_us(void) { return (double)lockstep_now_ns() / 1000.0; }
 typedef int (*call_fn)(void *ctx, int impl);
 
 struct ctx {
-    lockstep_comm_t *ls[3]; /* auto, small-only, large-only */
-    float *a, *b;
+    lockstep_comm_t *ls[3]; /* auto (with a shared buffer), small-only, large-only */
+    float *a, *b, *z;       /* z: ls[0]'s shared buffer */
     size_t bytes;
     int order, xfer, root;
     int rank, fresh;   /* fresh: senders rewrite their buffer before each call */
@@ -63,12 +65,15 @@ static int iters_for(size_t bytes)
     return 6;
 }
 
+/* impl 0 OpenMPI, 1-3 lockstep auto / small-only / large-only, 4 auto on the buffer */
 static int do_allreduce(void *p, int impl)
 {
     struct ctx *c = p;
     size_t n = c->bytes / 4;
     if (impl == 0)
         return MPI_Allreduce(MPI_IN_PLACE, c->a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    if (impl == 4)
+        return lockstep_comm_allreduce(c->ls[0], c->z, c->z, n, LOCKSTEP_F32, LOCKSTEP_SUM);
     return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
 }
 
@@ -147,25 +152,29 @@ int main(int argc, char **argv)
             q.small_bytes = q.allreduce_small_bytes = max_bytes + 4096;
         if (k == 2)
             q.small_bytes = 256;              /* everything but tiny on the large path */
+        if (k == 0)
+            q.buffer_bytes = max_bytes;
         c.ls[k] = lockstep_comm_create(&q);
         if (!c.ls[k]) {
             fprintf(stderr, "bench_comm rank %d: lockstep_comm_create: %s\n", rank, lockstep_strerror(-errno));
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    c.z = lockstep_comm_buffer(c.ls[0], NULL);
     c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
     c.b = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
     memset(c.a, 0, max_bytes * (size_t)size);
     memset(c.b, 0, max_bytes * (size_t)size);
 
     char w[64];
-    static const char *const ar_names[] = {"openmpi", "lockstep", "lockstep-small", "lockstep-large"};
+    static const char *const ar_names[] = {"openmpi", "lockstep", "lockstep-small", "lockstep-large",
+                                           "lockstep-buffer"};
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
         c.bytes = bytes;
         snprintf(w, sizeof w, "allreduce_%dr", size);
         double r[MAXIMPL][REPS];
         int it = iters_for(bytes);
-        int nimpl = 4;
+        int nimpl = 5;
         for (int i = 0; i < nimpl; i++)
             batch(do_allreduce, &c, i, it / 4 + 1);
         for (int rep = 0; rep < REPS; rep++)
@@ -173,8 +182,9 @@ int main(int argc, char **argv)
                 r[i][rep] = batch(do_allreduce, &c, i, it);
         emit(rank, w, "openmpi", bytes, r[0], REPS);
         emit(rank, w, "lockstep", bytes, r[1], REPS);
+        emit(rank, w, "lockstep-buffer", bytes, r[4], REPS);
         snprintf(w, sizeof w, "allreduce_paths_%dr", size);
-        for (int i = 2; i < nimpl; i++)
+        for (int i = 2; i < 4; i++)
             emit(rank, w, ar_names[i], bytes, r[i], REPS);
     }
 

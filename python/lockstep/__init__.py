@@ -6,6 +6,14 @@
     comm.allgather(send, recv)             # recv holds size * len(send)
     comm.barrier()
 
+Zero-copy allreduce: create the communicator with buffer_bytes=N (per rank, the same on
+every rank) and keep the data in comm.buffer(...) views; an allreduce whose array lies
+there on every rank skips the copies through shared memory (3-5x faster from 16 KiB):
+
+    comm = lockstep.Comm.from_env(buffer_bytes=64 << 20)
+    x = comm.buffer((4096, 1024), numpy.float32)       # or torch.bfloat16: a tensor
+    comm.allreduce(x)
+
 Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeoutError
 (a rank missed the deadline; also a TimeoutError), MismatchError (ranks called
 different collectives), CommCancelledError (another rank abandoned the call). After one
@@ -88,7 +96,7 @@ class Comm:
     """A communicator over `size` ranks of one job (see the module docstring)."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
-                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0):
+                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0):
         if timeout is None:
             timeout_ms = 0
         elif timeout <= 0:
@@ -97,7 +105,7 @@ class Comm:
             timeout_ms = max(1, int(timeout * 1000))
         self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
                                  _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
-                                 allreduce_small_bytes)
+                                 allreduce_small_bytes, buffer_bytes)
         self.rank = self._c.rank
         self.size = self._c.size
 
@@ -121,6 +129,38 @@ class Comm:
         else:
             self._c.allreduce(buf, code)
         return buf
+
+    def buffer(self, shape, dtype="float32", offset=0):
+        """A view of this rank's shared buffer (buffer_bytes at creation): a numpy array
+        of shape and dtype starting offset bytes in, or a torch tensor when dtype is a
+        torch dtype. Allreduces of such views (on every rank) run zero-copy. Views stay
+        valid after close(); the memory goes with the last of them."""
+        mod = getattr(type(dtype), "__module__", "")
+        if mod.startswith("torch"):
+            import torch
+            esize = torch.empty((), dtype=dtype).element_size()
+        else:
+            import numpy
+            dtype = numpy.dtype(dtype)
+            esize = dtype.itemsize
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = 1
+        for n in shape:
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"shape must hold non-negative ints, not {shape!r}")
+            count *= n
+        mem = memoryview(self._c)  # ValueError when the Comm has no buffer
+        if not isinstance(offset, int) or offset < 0 or offset % esize:
+            raise ValueError(f"offset must be a non-negative multiple of the item size ({esize}), not {offset!r}")
+        if offset + count * esize > mem.nbytes:
+            raise ValueError(f"{count * esize} bytes at offset {offset} do not fit in the {mem.nbytes}-byte "
+                             f"buffer: create the Comm with a larger buffer_bytes")
+        view = mem[offset:offset + count * esize]
+        if mod.startswith("torch"):
+            return torch.frombuffer(view, dtype=dtype, count=count).view(shape) if count else \
+                torch.empty(shape, dtype=dtype)
+        import numpy
+        return numpy.frombuffer(view, dtype=dtype, count=count).reshape(shape)
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
         """Copy root's buf into every rank's buf (same byte length everywhere)."""

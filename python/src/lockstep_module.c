@@ -39,6 +39,8 @@ static PyObject *raise_code(int rc, const char *what)
 typedef struct {
     PyObject_HEAD
     lockstep_comm_t *comm;
+    int closed;            /* close() was called; comm is freed once exports drop to 0 */
+    Py_ssize_t exports;    /* live views of the shared buffer (buffer protocol) */
 } CommObject;
 
 /* params.cancel: run the signal handlers (Ctrl-C's KeyboardInterrupt) while a call
@@ -64,21 +66,26 @@ static int py_cancel(void *arg)
 static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes",
-                             "allreduce_small_bytes", NULL};
+                             "allreduce_small_bytes", "buffer_bytes", NULL};
     const char *job;
     int rank, size, policy = 0;
     unsigned long timeout_ms = 60000;
-    Py_ssize_t small = 0, chunk = 0, ar_small = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnn", kwlist, &job, &rank, &size, &timeout_ms,
-                                     &policy, &small, &chunk, &ar_small))
+    Py_ssize_t small = 0, chunk = 0, ar_small = 0, buffer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnnn", kwlist, &job, &rank, &size, &timeout_ms,
+                                     &policy, &small, &chunk, &ar_small, &buffer))
         return -1;
+    if (self->comm) {
+        PyErr_SetString(PyExc_RuntimeError, "Comm.__init__ called twice");
+        return -1;
+    }
     lockstep_comm_params_t p = lockstep_comm_params_default();
     if (strlen(job) == 0 || strlen(job) > LOCKSTEP_COMM_JOB_MAX) {
         PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
         return -1;
     }
-    if (small < 0 || chunk < 0 || ar_small < 0) { /* 0 keeps the default */
-        PyErr_SetString(PyExc_ValueError, "small_bytes, chunk_bytes and allreduce_small_bytes must not be negative");
+    if (small < 0 || chunk < 0 || ar_small < 0 || buffer < 0) { /* 0 keeps the default */
+        PyErr_SetString(PyExc_ValueError,
+                        "small_bytes, chunk_bytes, allreduce_small_bytes and buffer_bytes must not be negative");
         return -1;
     }
     snprintf(p.job, sizeof p.job, "%s", job);
@@ -92,6 +99,7 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         p.chunk_bytes = (size_t)chunk;
     if (ar_small)
         p.allreduce_small_bytes = (size_t)ar_small;
+    p.buffer_bytes = (size_t)buffer;
     p.cancel = py_cancel;
     char why[160]; /* the job's length is checked above: p.job would hide it */
     if (lockstep_comm_params_check(&p, why, sizeof why)) {
@@ -103,26 +111,66 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
     c = lockstep_comm_create(&p);
     Py_END_ALLOW_THREADS
     if (!c) {
-        raise_code(-errno, "cannot join the job (lockstep_comm_create)");
+        if (errno == ENOSPC)
+            PyErr_Format(CommError, "cannot join the job: /dev/shm has no room for the shared segment "
+                         "(buffer_bytes and 2 x (small_bytes + chunk_bytes) per rank): lower buffer_bytes, "
+                         "or give /dev/shm more space (docker run --shm-size=...)");
+        else
+            raise_code(-errno, "cannot join the job (lockstep_comm_create)");
         return -1;
     }
-    lockstep_comm_free(self->comm);
     self->comm = c;
     return 0;
 }
 
 static void comm_dealloc(CommObject *self)
 {
-    lockstep_comm_free(self->comm);
+    lockstep_comm_free(self->comm); /* no exports left: each holds a reference */
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static lockstep_comm_t *live(CommObject *self)
 {
-    if (!self->comm)
+    if (!self->comm || self->closed) {
         PyErr_SetString(CommError, "the communicator is closed");
+        return NULL;
+    }
     return self->comm;
 }
+
+/* The buffer protocol: this rank's shared buffer (params.buffer_bytes), writable bytes.
+ * Views keep the mapping alive: close() with views left frees it when the last goes. */
+static int comm_getbuffer(CommObject *self, Py_buffer *view, int flags)
+{
+    lockstep_comm_t *c = live(self);
+    if (!c) {
+        view->obj = NULL;
+        return -1;
+    }
+    size_t n = 0;
+    void *p = lockstep_comm_buffer(c, &n);
+    if (!p) {
+        view->obj = NULL;
+        PyErr_SetString(PyExc_ValueError, "this communicator has no shared buffer: create it with "
+                        "buffer_bytes=N (bytes per rank, the same on every rank)");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)self, p, (Py_ssize_t)n, 0, flags) != 0)
+        return -1;
+    self->exports++;
+    return 0;
+}
+
+static void comm_releasebuffer(CommObject *self, Py_buffer *view)
+{
+    (void)view;
+    if (--self->exports == 0 && self->closed) {
+        lockstep_comm_free(self->comm);
+        self->comm = NULL;
+    }
+}
+
+static PyBufferProcs comm_as_buffer = {(getbufferproc)comm_getbuffer, (releasebufferproc)comm_releasebuffer};
 
 /* allreduce_ptr(address, count, dtype, op): the raw path, for torch tensors (bf16). */
 static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
@@ -339,8 +387,11 @@ static PyObject *comm_bench_allreduce(CommObject *self, PyObject *args)
 static PyObject *comm_close(CommObject *self, PyObject *unused)
 {
     (void)unused;
-    lockstep_comm_free(self->comm);
-    self->comm = NULL;
+    self->closed = 1;
+    if (self->exports == 0) { /* else the last view's release frees it */
+        lockstep_comm_free(self->comm);
+        self->comm = NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -378,11 +429,13 @@ static PyTypeObject CommType = {
     .tp_name = "lockstep._lockstep.Comm",
     .tp_basicsize = sizeof(CommObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0)",
+    .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0, "
+              "allreduce_small_bytes=0, buffer_bytes=0)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)comm_init,
     .tp_dealloc = (destructor)comm_dealloc,
     .tp_methods = comm_methods,
+    .tp_as_buffer = &comm_as_buffer,
     .tp_getset = comm_getset,
 };
 

@@ -550,8 +550,10 @@ static int create_segment(const char *name, size_t total)
     for (int tries = 0; tries < 3; tries++) {
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd >= 0) {
-            if (ftruncate(fd, (off_t)total) != 0) {
-                int e = errno;
+            /* allocate every page now: a full /dev/shm is then ENOSPC here, not a
+             * SIGBUS at some rank's first write to a slot or buffer */
+            int e = ftruncate(fd, (off_t)total) != 0 ? errno : posix_fallocate(fd, 0, (off_t)total);
+            if (e) {
                 close(fd);
                 shm_unlink(name);
                 return -e;
@@ -574,6 +576,7 @@ static int create_segment(const char *name, size_t total)
 }
 
 #define SLOT_MAX ((size_t)1 << 30)
+#define BUFFER_MAX ((size_t)1 << 40)
 
 int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_t len)
 {
@@ -595,6 +598,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
         snprintf(msg, len, "chunk_bytes must be a multiple of 64 from 4096 to 2**30 (got %zu)", p->chunk_bytes);
     else if (p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > SLOT_MAX)
         snprintf(msg, len, "allreduce_small_bytes must be from 256 to 2**30 (got %zu)", p->allreduce_small_bytes);
+    else if (p->buffer_bytes > BUFFER_MAX)
+        snprintf(msg, len, "buffer_bytes must be at most 2**40 (got %zu)", p->buffer_bytes);
     else {
         msg[0] = 0;
         return 0;
@@ -640,7 +645,9 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.off_ctl = align_up(want.off_barrier + bsize, LS_LINE);
     want.off_data = align_up(want.off_ctl + (size_t)p->size * sizeof(ls_ctl_t), 4096);
     want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes, 4096);
-    want.total = want.off_data + (size_t)p->size * want.data_stride;
+    want.buffer_bytes = align_up(p->buffer_bytes, 4096);
+    want.off_buf = want.off_data + (size_t)p->size * want.data_stride;
+    want.total = want.off_buf + (size_t)p->size * want.buffer_bytes;
     /* Ranks outnumbering CPUs take turns on a core, so both ranks' working sets of a
      * step share its L2. 4 ranks on 2 cores, f32 sum: 256 KiB steps were about 20 %
      * faster than 1 MiB at 4 MiB (2 rounds of 3) and 7-10 % at 16 MiB; 128 KiB was no
@@ -675,7 +682,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                             pid_alive(h->creator_pid)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       h->allreduce_small != want.allreduce_small ||
-                                      h->chunk_bytes != want.chunk_bytes || h->total != want.total;
+                                      h->chunk_bytes != want.chunk_bytes ||
+                                      h->buffer_bytes != want.buffer_bytes || h->total != want.total;
                             ready = !differs && (size_t)st.st_size >= want.total;
                         }
                         munmap(h, sizeof *h);
@@ -754,6 +762,21 @@ fail:
     free(c);
     errno = err;
     return NULL;
+}
+
+void *lockstep_comm_buffer(lockstep_comm_t *c, size_t *bytes)
+{
+    if (!c) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (bytes)
+        *bytes = c->hdr->buffer_bytes;
+    if (!c->hdr->buffer_bytes) {
+        errno = ENOENT;
+        return NULL;
+    }
+    return ls_buf(c, c->rank);
 }
 
 void lockstep_comm_free(lockstep_comm_t *c)

@@ -5,6 +5,7 @@
  *   [barrier: lockstep_barrier_t, AUTO, process-shared, `size` participants]
  *   [ctl[r]: three lines per rank: pid, cpu, step word, where | announcement 0 | announcement 1]
  *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
+ *   [buf[r]: params.buffer_bytes per rank, for zero-copy allreduces (allreduce.c)]
  *
  * Call protocol (see comm.c): a call numbered s writes its descriptor into ann[s & 1],
  * publishes ann[s & 1].seq = s, waits for every rank's ann[s & 1].seq to reach s and
@@ -43,6 +44,7 @@ typedef struct ls_seg_hdr {
     uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
     uint64_t off_barrier, off_ctl, off_data, total;
+    uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
@@ -117,6 +119,11 @@ static inline char *ls_chunk(const lockstep_comm_t *c, int r, unsigned b)
     return ls_small(c, r, 2) + b * c->hdr->chunk_bytes;
 }
 
+static inline char *ls_buf(const lockstep_comm_t *c, int r)
+{
+    return c->base + c->hdr->off_buf + (size_t)r * c->hdr->buffer_bytes;
+}
+
 /* comm.c */
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);
@@ -134,14 +141,16 @@ void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
 
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);
-void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also,
-                    const void *const *in, int nin, size_t count);
+void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also,
+                    int nalso, const void *const *in, int nin, size_t count);
 
 /* reduce.c */
-/* out = in[0] op ... op in[nin-1]; when also is not NULL, the result is copied there too,
- * block by block while it is still in L1 */
-void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, const void *const *in, int nin,
-               size_t count);
+/* out = in[0] op ... op in[nin-1], and the result copied to also[0 .. nalso-1] too,
+ * block by block while it is still in L1. An also[k] may be the in[j] that starts at
+ * the same element (each block is read before it is written); out may be in[0], or
+ * one other input (saved per block) */
+void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also, int nalso,
+               const void *const *in, int nin, size_t count);
 float ls_f16_to_f32(uint16_t h);
 uint16_t ls_f32_to_f16(float f);
 float ls_bf16_to_f32(uint16_t h);

@@ -40,9 +40,10 @@ void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n)
 struct par_reduce {
     lockstep_dtype_t dt;
     lockstep_op_t op;
-    char *out, *also;
+    char *out;
+    void *const *also;
     const void *const *in;
-    int nin;
+    int nalso, nin;
     size_t count, es, per_block;
 };
 
@@ -54,20 +55,23 @@ static void reduce_range(void *p, int64_t begin, int64_t end, int ith)
     if (hi > a->count)
         hi = a->count;
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
+    void *also[LOCKSTEP_COMM_MAX_RANKS];
     for (int k = 0; k < a->nin; k++)
         in[k] = (const char *)a->in[k] + lo * a->es;
-    ls_reduce(a->dt, a->op, a->out + lo * a->es, a->also ? a->also + lo * a->es : NULL, in, a->nin, hi - lo);
+    for (int k = 0; k < a->nalso; k++)
+        also[k] = (char *)a->also[k] + lo * a->es;
+    ls_reduce(a->dt, a->op, a->out + lo * a->es, also, a->nalso, in, a->nin, hi - lo);
 }
 
-void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also,
-                    const void *const *in, int nin, size_t count)
+void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also,
+                    int nalso, const void *const *in, int nin, size_t count)
 {
     size_t es = lockstep_dtype_size(dt);
     if (c->pool && count * es >= PAR_MIN) {
-        struct par_reduce a = {dt, op, out, also, in, nin, count, es, PAR_BLOCK / es};
+        struct par_reduce a = {dt, op, out, also, in, nalso, nin, count, es, PAR_BLOCK / es};
         int64_t blocks = (int64_t)((count + a.per_block - 1) / a.per_block);
         if (lockstep_pool_parallel_for(c->pool, blocks, 0, LOCKSTEP_SCHEDULE_STATIC, reduce_range, &a) == 0)
             return;
     }
-    ls_reduce(dt, op, out, also, in, nin, count);
+    ls_reduce(dt, op, out, also, nalso, in, nin, count);
 }

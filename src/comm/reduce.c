@@ -224,8 +224,8 @@ static void narrow(lockstep_dtype_t dt, uint16_t *out, const float *in, size_t n
 
 #define WORD_BLOCK 2048 /* f32/i32 elements per block: 8 KiB of out, well inside L1 */
 
-void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, const void *const *in,
-               int nin, size_t count)
+void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also, int nalso,
+               const void *const *in, int nin, size_t count)
 {
     if (count == 0 || nin <= 0)
         return;
@@ -254,8 +254,8 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, con
                 else
                     kt->i32((int32_t *)o, v, n, op);
             }
-            if (also) /* while the block is still in L1 */
-                memcpy((char *)also + off * 4, o, n * 4);
+            for (int k = 0; k < nalso; k++) /* while the block is still in L1 */
+                memcpy((char *)also[k] + off * 4, o, n * 4);
         }
         return;
     }
@@ -268,7 +268,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *also, con
             kernels()->f32(acc, tmp, n, op);
         }
         narrow(dt, (uint16_t *)out + off, acc, n);
-        if (also)
-            memcpy((uint16_t *)also + off, (uint16_t *)out + off, n * 2);
+        for (int k = 0; k < nalso; k++)
+            memcpy((uint16_t *)also[k] + off, (uint16_t *)out + off, n * 2);
     }
 }

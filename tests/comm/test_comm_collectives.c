@@ -107,6 +107,106 @@ static int check_equal(const char *what, const void *got, const void *want, size
 
 static int use_pool; /* argv[2] == "pool": large messages split across 2 threads */
 
+/* Zero-copy allreduces: send and recv in each rank's lockstep_comm_buffer, at offsets
+ * that differ per rank, in place and out of place, every dtype and op; then calls where
+ * only some ranks pass buffers (the copying path, chunk 0 without an early copy),
+ * interleaved with zero-copy calls, copying calls and a chunked broadcast, which leave
+ * different chunk slots busy. Results against the reference, digests across ranks. */
+static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool, int *di)
+{
+    size_t cap = (size_t)6 << 20;
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    snprintf(p.job, sizeof p.job, "%.*s-zc", (int)sizeof p.job - 4, job);
+    p.buffer_bytes = cap - 100; /* rounded up to 4 KiB */
+    p.chunk_bytes = 65536;      /* several chunks on the copying path */
+    p.pool = pool;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    size_t got_bytes = 0;
+    char *buf = lockstep_comm_buffer(c, &got_bytes);
+    CHECK(buf != NULL);
+    CHECK_EQ(got_bytes, cap);
+    CHECK_EQ((uintptr_t)buf % 64, 0);
+    struct shared_page *page = harness_page();
+    int bad = 0;
+    unsigned cs = 5000;
+    /* 300: 600 or 1200 bytes, either side of the 1 KiB below which the small path
+     * runs anyway; 1000: zero-copy instead of the small path; 4097 and up: instead of
+     * the chunked path; 300007 is odd, and split unevenly between ranks */
+    static const size_t counts[] = {300, 1000, 4097, 16387, 300007};
+    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
+        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+            for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++)
+                for (int mode = 0; mode < 3; mode++) { /* 0 in place, 1 out of place, 2 some ranks copy */
+                    size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt), bytes = count * es;
+                    char *send = buf + 64 * (size_t)((rank * 7 + ci) % 5) + es * (size_t)(rank % 3);
+                    char *recv = mode == 0 ? send : send + bytes + 4096 * (size_t)rank;
+                    char *priv = NULL, *ref = malloc(bytes);
+                    CHECK(ref != NULL);
+                    CHECK(recv + bytes <= buf + cap);
+                    if (mode == 2 && rank % 2 == 1) { /* odd ranks: private memory */
+                        priv = malloc(2 * bytes);
+                        CHECK(priv != NULL);
+                        send = priv;
+                        recv = priv + bytes;
+                    }
+                    fill(send, (lockstep_dtype_t)dt, count, rank, cs);
+                    memset(recv == send ? ref : recv, 0xa5, bytes); /* stale bytes must be overwritten */
+                    reference(ref, (lockstep_dtype_t)dt, (lockstep_op_t)op, count, size, cs);
+                    int rc = lockstep_comm_allreduce(c, send, recv, count, dt, op);
+                    if (rc) {
+                        fprintf(stderr, "rank %d: zero-copy allreduce dt=%d op=%d n=%zu mode %d: %s\n", rank, dt,
+                                op, count, mode, lockstep_strerror(rc));
+                        return 1;
+                    }
+                    bad |= check_equal(mode == 2 ? "allreduce, some ranks in the buffer" : "zero-copy allreduce",
+                                       recv, ref, bytes, rank);
+                    page->digest[rank][(*di)++ % 64] ^= digest(recv, bytes);
+                    free(priv);
+                    free(ref);
+                }
+    /* slot bookkeeping across paths: a chunked broadcast leaves both slots busy, a
+     * copying allreduce one of them; zero-copy and mixed calls must keep every rank's
+     * view of them alike */
+    size_t n = 150001;
+    int32_t *want = malloc(n * 4), *mine = malloc(n * 4);
+    unsigned char *bc = malloc(200000);
+    CHECK(want && mine && bc);
+    for (int round = 0; round < 12; round++) {
+        int kind = round % 4; /* 0 zero-copy, 1 mixed, 2 copying, 3 broadcast first */
+        if (kind == 3) {
+            for (int i = 0; i < 200000; i++)
+                bc[i] = (unsigned char)(rank == 0 ? i * 3 + round : 0);
+            CHECK_EQ(lockstep_comm_broadcast(c, bc, 200000, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+            for (int i = 0; i < 200000; i++)
+                if (bc[i] != (unsigned char)(i * 3 + round)) {
+                    fprintf(stderr, "rank %d: broadcast in round %d: byte %d wrong\n", rank, round, i);
+                    return 1;
+                }
+        }
+        int in_buf = kind == 0 || kind == 3 || (kind == 1 && rank % 2 == 0);
+        int32_t *v = in_buf ? (int32_t *)(buf + 4096 * (size_t)(round % 3)) : mine;
+        for (size_t i = 0; i < n; i++) {
+            v[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
+            want[i] = (int32_t)(i * (size_t)(size * (size + 1) / 2) + (size_t)(round * size));
+        }
+        CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        if (memcmp(v, want, n * 4) != 0) {
+            fprintf(stderr, "rank %d: round %d (kind %d) of mixed paths: wrong sum\n", rank, round, kind);
+            return 1;
+        }
+    }
+    free(want);
+    free(mine);
+    free(bc);
+
+    /* a communicator without a buffer has none */
+    errno = 0;
+    CHECK(lockstep_comm_buffer(NULL, NULL) == NULL && errno == EINVAL);
+    lockstep_comm_free(c);
+    return bad;
+}
+
 static int body(int rank, int size, const char *job)
 {
     lockstep_comm_t *c;
@@ -249,6 +349,11 @@ static int body(int rank, int size, const char *job)
     }
     free(tw);
     lockstep_comm_free(t);
+
+    bad |= zero_copy(rank, size, job, pool, &di);
+    size_t none = 1;
+    errno = 0;
+    CHECK(lockstep_comm_buffer(c, &none) == NULL && errno == ENOENT && none == 0);
 
     for (int i = 0; i < 50; i++)
         CHECK_EQ(lockstep_comm_barrier(c), 0);

@@ -5,21 +5,25 @@
  * give their codes; nothing is left in /dev/shm. */
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "comm_harness.h"
 
 /* ---- peer death ------------------------------------------------------------------- */
 
 static size_t kill_count;
+static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
 
 static int kill_body(int rank, int size, const char *job)
 {
-    lockstep_comm_t *c = harness_comm(rank, size, job, 20000);
-    if (!c)
-        return 1;
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 20000;
+    p.buffer_bytes = kill_in_buffer ? kill_count * sizeof(float) : 0;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
     struct shared_page *page = harness_page();
     page->value[rank][0] = getpid();
-    float *buf = calloc(kill_count, sizeof(float));
+    float *buf = kill_in_buffer ? lockstep_comm_buffer(c, NULL) : calloc(kill_count, sizeof(float));
     CHECK(buf != NULL);
     for (int it = 0;; it++) {
         if (rank == 0 && it == 5) /* kill rank 2 while everyone is inside calls */
@@ -37,15 +41,17 @@ static int kill_body(int rank, int size, const char *job)
         break;
     }
     lockstep_comm_free(c);
-    free(buf);
+    if (!kill_in_buffer)
+        free(buf);
     return 0;
 }
 
-static void test_peer_death(size_t count)
+static void test_peer_death(size_t count, int in_buffer)
 {
     char job[96];
     harness_job(job, sizeof job, "kill");
     kill_count = count;
+    kill_in_buffer = in_buffer;
     CHECK_EQ(harness_run(kill_body, 3, job, 60, 1u << 2), 0);
     CHECK_EQ(shm_entries_with(job), 0);
 }
@@ -215,7 +221,7 @@ static int args_body(int rank, int size, const char *job)
 
 /* ---- rendezvous --------------------------------------------------------------------- */
 
-static int disagree_on; /* 0: the size; 1: the allreduce switch point */
+static int disagree_on; /* 0: the size; 1: the allreduce switch point; 2: the buffer */
 
 static int disagree_body(int rank, int size, const char *job)
 {
@@ -223,8 +229,10 @@ static int disagree_body(int rank, int size, const char *job)
     lockstep_comm_params_t p = harness_params(rank, 2, job);
     if (disagree_on == 0)
         p.size = rank == 0 ? 2 : 3;
-    else if (rank == 1)
+    else if (rank == 1 && disagree_on == 1)
         p.allreduce_small_bytes = 4096; /* the ranks would take different paths */
+    else if (rank == 1)
+        p.buffer_bytes = 4096;
     p.timeout_ms = 500;
     if (rank == 1)
         usleep(100 * 1000); /* let rank 0 create it first */
@@ -297,7 +305,29 @@ static void test_rendezvous(void)
     disagree_on = 1;
     CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
     CHECK_EQ(shm_entries_with(job), 0);
+    harness_job(job, sizeof job, "buffer");
+    disagree_on = 2;
+    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
     disagree_on = 0;
+
+    /* buffer_bytes: at most 2**40; a segment /dev/shm cannot hold fails with ENOSPC at
+     * create (every page is allocated there), not with a SIGBUS at first use */
+    p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "x");
+    p.buffer_bytes = ((size_t)1 << 40) + 1;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), -EINVAL);
+    CHECK(strstr(why, "buffer_bytes") == why);
+    struct statvfs fs;
+    if (statvfs("/dev/shm", &fs) == 0 && fs.f_blocks > 0 && (uint64_t)fs.f_blocks * fs.f_frsize < ((uint64_t)1 << 40)) {
+        harness_job(job, sizeof job, "full");
+        snprintf(p.job, sizeof p.job, "%s", job);
+        p.buffer_bytes = (size_t)fs.f_blocks * fs.f_frsize; /* the whole of /dev/shm, plus the slots */
+        errno = 0;
+        CHECK(lockstep_comm_create(&p) == NULL);
+        CHECK_EQ(errno, ENOSPC);
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
 
     /* a stale segment (creator dead) is replaced; a live one is refused */
     harness_job(job, sizeof job, "stale");
@@ -415,8 +445,9 @@ int main(int argc, char **argv)
     const char *t = argc > 1 ? argv[1] : "";
     char job[96];
     if (strcmp(t, "peer_death") == 0) {
-        test_peer_death(1000);        /* small messages */
-        test_peer_death(1u << 21);    /* 8 MiB: killed between chunk steps */
+        test_peer_death(1000, 0);     /* small messages */
+        test_peer_death(1u << 21, 0); /* 8 MiB: killed between chunk steps */
+        test_peer_death(1u << 21, 1); /* 8 MiB, zero-copy */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);

@@ -87,6 +87,60 @@ def test_broadcast_and_allgather(size):
     run_ranks(gather_body, size)
 
 
+def zero_copy_body(rank, size, job):
+    out = []
+    with lockstep.Comm(job, rank, size, buffer_bytes=3 << 20) as c:
+        for case, (dt, op, n) in enumerate(CASES):
+            # in the shared buffer, at an offset that differs per rank and per case
+            a = c.buffer(n, dt, offset=64 * ((rank * 3 + case) % 5) * np.dtype(dt).itemsize)
+            a[:] = inputs(dt, n, rank, case)
+            assert c.allreduce(a, op) is a
+            ref = reference(dt, op, n, size, case)
+            assert a.tobytes() == ref.tobytes(), f"{dt.__name__} {op} n={n} differs from the reference"
+            out.append(a.tobytes())
+        # some ranks in the buffer, some not: the same sums
+        for n in (3000, 200001):
+            a = c.buffer(n, np.int32) if rank % 2 == 0 else np.empty(n, np.int32)
+            a[:] = np.arange(n, dtype=np.int32) * (rank + 1)
+            c.allreduce(a)
+            assert (a == np.arange(n, dtype=np.int32) * (size * (size + 1) // 2)).all()
+        kept = c.buffer((2, 3), np.float32)
+        kept[:] = 5
+    assert kept.sum() == 30  # the view outlives close(): the mapping goes with it
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_zero_copy_allreduce_from_the_shared_buffer(size):
+    res = run_ranks(zero_copy_body, size)
+    for r in range(1, size):
+        assert res[r] == res[0], f"rank {r}'s results differ from rank 0's"
+
+
+def test_buffer_views_check_their_arguments():
+    with lockstep.Comm(f"py-buf-{os.getpid()}", 0, 1, buffer_bytes=8192) as c:
+        v = c.buffer((4, 8), "float32", offset=64)
+        assert v.shape == (4, 8) and v.dtype == np.float32 and v.flags.writeable and v.flags.c_contiguous
+        with pytest.raises(ValueError, match="larger buffer_bytes"):
+            c.buffer(2049, np.float32)
+        with pytest.raises(ValueError, match="multiple of the item size"):
+            c.buffer(4, np.float32, offset=2)
+        with pytest.raises(ValueError, match="non-negative"):
+            c.buffer((-1,), np.float32)
+        assert c.buffer(0, np.float32).size == 0
+    with lockstep.Comm(f"py-nobuf-{os.getpid()}", 0, 1) as c:
+        with pytest.raises(ValueError, match="buffer_bytes=N"):
+            c.buffer(4, np.float32)
+    with pytest.raises(ValueError, match="buffer_bytes must be at most"):
+        lockstep.Comm("x", 0, 1, buffer_bytes=(1 << 40) + 1)
+    with pytest.raises(ValueError, match="must not be negative"):
+        lockstep.Comm("x", 0, 1, buffer_bytes=-1)
+    shm = os.statvfs("/dev/shm")
+    if 0 < shm.f_blocks * shm.f_frsize < 1 << 40:
+        with pytest.raises(lockstep.CommError, match="/dev/shm has no room"):
+            lockstep.Comm(f"py-full-{os.getpid()}", 0, 1, buffer_bytes=shm.f_blocks * shm.f_frsize)
+
+
 def test_bad_buffers_raise_what_to_fix():
     with lockstep.Comm(f"py-args-{os.getpid()}", 0, 1) as c:
         with pytest.raises(ValueError, match="contiguous"):
@@ -245,6 +299,23 @@ def test_torch_tensors_including_bfloat16():
             b = torch.full((9,), 5 if rank == 0 else 0, dtype=torch.bfloat16)
             c.broadcast(b, root=0)
             assert (b == 5).all()
+        return True
+    run_ranks(body, 2)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_tensors_from_the_shared_buffer():
+    def body(rank, size, job):
+        with lockstep.Comm(job, rank, size, buffer_bytes=1 << 20) as c:
+            off = 0
+            for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
+                t = c.buffer((30, 100), dt, offset=off)  # 3000 elements: zero-copy for every dtype
+                assert isinstance(t, torch.Tensor) and t.dtype == dt and t.shape == (30, 100)
+                off += t.numel() * t.element_size()
+                t.copy_(torch.arange(3000).reshape(30, 100) % 7 * (rank + 1))
+                c.allreduce(t)
+                want = (torch.arange(3000).reshape(30, 100) % 7 * (size * (size + 1) // 2)).to(dt)
+                assert torch.equal(t, want), dt
         return True
     run_ranks(body, 2)
 

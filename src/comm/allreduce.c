@@ -68,9 +68,9 @@ _Static_assert(sizeof(struct ls_zc_offsets) <= LS_INLINE_BYTES, "offsets ride in
 /* The offset of [p, p + bytes) in my buffer, or LS_NO_OFFSET if it is not all inside. */
 static uint64_t buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
 {
-    const char *b = ls_buf(c, c->rank), *q = p;
+    uintptr_t b = (uintptr_t)ls_buf(c, c->rank), q = (uintptr_t)p; /* p may be anywhere */
     size_t n = c->hdr->buffer_bytes;
-    if (!n || q < b || q > b + n || bytes > (size_t)(b + n - q))
+    if (!n || q < b || q - b > n || bytes > n - (q - b))
         return LS_NO_OFFSET;
     return (uint64_t)(q - b);
 }

@@ -25,6 +25,7 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
 
     meta, tensors = lockstep.load("model.gguf")   # or .safetensors; see lockstep.load
 """
+import numpy as _np
 from numpy import ndarray as _ndarray
 
 from . import _lockstep
@@ -140,8 +141,7 @@ class Comm:
             import torch
             esize = torch.empty((), dtype=dtype).element_size()
         else:
-            import numpy
-            dtype = numpy.dtype(dtype)
+            dtype = _np.dtype(dtype)
             esize = dtype.itemsize
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         count = 1
@@ -159,8 +159,7 @@ class Comm:
         if mod.startswith("torch"):
             return torch.frombuffer(view, dtype=dtype, count=count).view(shape) if count else \
                 torch.empty(shape, dtype=dtype)
-        import numpy
-        return numpy.frombuffer(view, dtype=dtype, count=count).reshape(shape)
+        return _np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
         """Copy root's buf into every rank's buf (same byte length everywhere)."""

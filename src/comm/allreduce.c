@@ -141,17 +141,32 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     int zc_mine = mine.send != LS_NO_OFFSET; /* send alone in the buffer counts as none */
     memcpy(ls_ctl(c, me)->ann[b].data, &mine, sizeof mine);
 
-    if (bytes <= c->hdr->allreduce_small) {
-        if (!zc_mine)
-            memcpy(ls_small(c, me, b), send, bytes);
-        rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
-        if (rc)
-            return rc;
-        int zc = zero_copy_ranks(c);
-        if (zc == N)
-            return allreduce_zero_copy(c, count, es, dtype, op);
+    /* Small: copy in to small[b]. Large: chunk j goes through chunk slot (first + j) & 1;
+     * first avoids the slot peers may still be reading for my last call, and if both
+     * may be (after a large broadcast), chunk 0 waits for the announcement as the
+     * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
+     * buffers copy nothing before they know whether every rank has one. */
+    int small = bytes <= c->hdr->allreduce_small;
+    size_t per_chunk = c->hdr->step_bytes / es;
+    unsigned first = c->busy == 0 ? 1 : 0;
+    int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */
+    int copied = !zc_mine && (small || may_early);
+    const char *src = send;
+    char *dst = recv;
+    if (copied && small)
+        memcpy(ls_small(c, me, b), send, bytes);
+    else if (copied)
+        copy_in(c, src, count < per_chunk ? count : per_chunk, es, ls_chunk(c, me, first));
+    rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
+    if (rc)
+        return rc;
+    int zc = zero_copy_ranks(c); /* ranks that passed buffers, as every rank sees it */
+    if (zc == N)
+        return allreduce_zero_copy(c, count, es, dtype, op);
+
+    if (small) {
         if (zc) { /* some ranks passed buffers: they copy in now, and say so */
-            if (zc_mine)
+            if (!copied)
                 memcpy(ls_small(c, me, b), send, bytes);
             if ((rc = ls_comm_step(c, ls_comm_deadline(c))) != 0)
                 return rc;
@@ -162,23 +177,6 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
         return 0;
     }
 
-    /* chunk j goes through chunk slot (first + j) & 1; first avoids the slot peers may
-     * still be reading for my last call, and if both may be (after a large broadcast),
-     * chunk 0 waits for the announcement as the others wait for a step */
-    size_t per_chunk = c->hdr->step_bytes / es;
-    unsigned first = c->busy == 0 ? 1 : 0;
-    int may_early = c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */
-    int copied = may_early && !zc_mine;      /* chunk 0, before announcing */
-    const char *src = send;
-    char *dst = recv;
-    if (copied)
-        copy_in(c, src, count < per_chunk ? count : per_chunk, es, ls_chunk(c, me, first));
-    rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
-    if (rc)
-        return rc;
-    int zc = zero_copy_ranks(c);
-    if (zc == N)
-        return allreduce_zero_copy(c, count, es, dtype, op);
     int early = may_early && zc == 0; /* every rank copied chunk 0 early: no step for it */
     uint64_t deadline = ls_comm_deadline(c);
     unsigned j = 0;

@@ -46,25 +46,36 @@ CASES = [(dt, op, n) for dt in (np.float32, np.float16, np.int32) for op in ("su
          for n in (0, 1, 16, 1001, 70001)]
 
 
-def allreduce_body(rank, size, job):
+def reduce_cases(c, rank, size, place):
+    """Every CASES entry through c.allreduce, in place on place(case, dtype, n) filled with
+    this rank's inputs, against the reference; returns the results' bytes."""
     out = []
+    for case, (dt, op, n) in enumerate(CASES):
+        a = place(case, dt, n)
+        a[:] = inputs(dt, n, rank, case)
+        assert c.allreduce(a, op) is a
+        ref = reference(dt, op, n, size, case)
+        assert a.tobytes() == ref.tobytes(), f"{dt.__name__} {op} n={n} differs from the reference"
+        out.append(a.tobytes())
+    return out
+
+
+def assert_same_on_every_rank(res):
+    for r in range(1, len(res)):
+        assert res[r] == res[0], f"rank {r}'s results differ from rank 0's"
+
+
+def allreduce_body(rank, size, job):
     with lockstep.Comm(job, rank, size, timeout=60) as c:
         assert (c.rank, c.size) == (rank, size)
-        for case, (dt, op, n) in enumerate(CASES):
-            a = inputs(dt, n, rank, case)
-            assert c.allreduce(a, op) is a
-            ref = reference(dt, op, n, size, case)
-            assert a.tobytes() == ref.tobytes(), f"{dt.__name__} {op} n={n} differs from the reference"
-            out.append(a.tobytes())
+        out = reduce_cases(c, rank, size, lambda case, dt, n: np.empty(n, dt))
         c.barrier()
     return out
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_allreduce_matches_reference_and_is_identical(size):
-    res = run_ranks(allreduce_body, size)
-    for r in range(1, size):
-        assert res[r] == res[0], f"rank {r}'s results differ from rank 0's"
+    assert_same_on_every_rank(run_ranks(allreduce_body, size))
 
 
 def gather_body(rank, size, job):
@@ -88,16 +99,10 @@ def test_broadcast_and_allgather(size):
 
 
 def zero_copy_body(rank, size, job):
-    out = []
     with lockstep.Comm(job, rank, size, buffer_bytes=3 << 20) as c:
-        for case, (dt, op, n) in enumerate(CASES):
-            # in the shared buffer, at an offset that differs per rank and per case
-            a = c.buffer(n, dt, offset=64 * ((rank * 3 + case) % 5) * np.dtype(dt).itemsize)
-            a[:] = inputs(dt, n, rank, case)
-            assert c.allreduce(a, op) is a
-            ref = reference(dt, op, n, size, case)
-            assert a.tobytes() == ref.tobytes(), f"{dt.__name__} {op} n={n} differs from the reference"
-            out.append(a.tobytes())
+        # in the shared buffer, at an offset that differs per rank and per case
+        out = reduce_cases(c, rank, size, lambda case, dt, n: c.buffer(
+            n, dt, offset=64 * ((rank * 3 + case) % 5) * np.dtype(dt).itemsize))
         # some ranks in the buffer, some not: the same sums
         for n in (3000, 200001):
             a = c.buffer(n, np.int32) if rank % 2 == 0 else np.empty(n, np.int32)
@@ -112,9 +117,7 @@ def zero_copy_body(rank, size, job):
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_zero_copy_allreduce_from_the_shared_buffer(size):
-    res = run_ranks(zero_copy_body, size)
-    for r in range(1, size):
-        assert res[r] == res[0], f"rank {r}'s results differ from rank 0's"
+    assert_same_on_every_rank(run_ranks(zero_copy_body, size))
 
 
 def test_buffer_views_check_their_arguments():

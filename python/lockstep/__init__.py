@@ -37,7 +37,6 @@ __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchEr
            "load", "LoadError", "BadFileError", "LoadCancelled", "__version__"]
 __version__ = _lockstep.version
 
-_OPS = {"sum": 0, "max": 1, "min": 2}
 _ORDERS = {"linear": 0, "rotated": 1, "random": 2, "topology": 3}
 _XFERS = {"pull": 0, "push": 1}
 _POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
@@ -83,6 +82,18 @@ def _is_tensor(obj):
     return False
 
 
+def _allreduce_other(c, buf, code):
+    """The C allreduce's path for objects without the buffer protocol: torch tensors
+    (bfloat16 included). None: not a tensor either, and C raises the TypeError."""
+    if not _is_tensor(buf):
+        return None
+    c.allreduce_ptr(buf.data_ptr(), buf.numel(), _torch_code(buf), code)
+    return buf
+
+
+_lockstep._set_allreduce_other(_allreduce_other)
+
+
 def _bytes_view(buf):
     """A torch CPU tensor as a writable numpy byte view of the same memory (any dtype,
     bfloat16 included); anything else unchanged, for the buffer protocol."""
@@ -109,6 +120,7 @@ class Comm:
                                  allreduce_small_bytes, buffer_bytes)
         self.rank = self._c.rank
         self.size = self._c.size
+        self.allreduce = self._c.allreduce  # no Python frame per call: 0.1 us of 0.3
 
     @classmethod
     def from_env(cls, **kw):
@@ -119,17 +131,10 @@ class Comm:
         return cls(job, rank, size, **kw)
 
     def allreduce(self, buf, op="sum"):
-        """Reduce buf over all ranks, in place. Every rank gets identical bits."""
-        code = _OPS.get(op) if type(op) is str else None
-        if code is None:
-            _code(_OPS, op, "op")  # raises the ValueError
-        if type(buf) is _ndarray:  # the common case, checked in C
-            self._c.allreduce(buf, code)
-        elif _is_tensor(buf):
-            self._c.allreduce_ptr(buf.data_ptr(), buf.numel(), _torch_code(buf), code)
-        else:
-            self._c.allreduce(buf, code)
-        return buf
+        """Reduce buf over all ranks, in place, and return it. op: "sum", "max" or "min".
+        Every rank gets identical bits. (Each Comm binds the C method of the same name
+        over this one: for a numpy array the whole call runs in C.)"""
+        return self._c.allreduce(buf, op)
 
     def buffer(self, shape, dtype="float32", offset=0):
         """A view of this rank's shared buffer (buffer_bytes at creation): a numpy array

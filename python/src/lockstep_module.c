@@ -243,21 +243,70 @@ static int dtype_of(const Py_buffer *v)
     return -1;
 }
 
-/* allreduce(buffer, op): in place on a numpy-style buffer */
-static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n)
+/* Comm.allreduce for what is not a buffer (torch tensors), set by the package:
+ * fn(comm, obj, op code) returns obj, or None for "not mine either". */
+static PyObject *allreduce_other;
+
+static PyObject *mod_set_allreduce_other(PyObject *m, PyObject *fn)
 {
-    if (n != 2) {
-        PyErr_SetString(PyExc_TypeError, "allreduce(buffer, op)");
+    (void)m;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "_set_allreduce_other needs a callable");
         return NULL;
     }
+    Py_XSETREF(allreduce_other, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* "sum", "max" or "min" as LOCKSTEP_SUM..., or -1 with ValueError */
+static int op_code(PyObject *op)
+{
+    static const char *const names[] = {"sum", "max", "min"}; /* lockstep_op_t order */
+    if (PyUnicode_Check(op))
+        for (int i = 0; i < 3; i++)
+            if (PyUnicode_CompareWithASCIIString(op, names[i]) == 0)
+                return i;
+    PyErr_Format(PyExc_ValueError, "op must be one of max, min, sum, not %R", op);
+    return -1;
+}
+
+/* allreduce(buffer, op="sum") -> buffer: in place on anything with the buffer protocol
+ * (numpy arrays); other objects go to allreduce_other. Called straight from Python (the
+ * package binds it on each Comm), so this is the whole per-call path for numpy. */
+static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *obj = n >= 1 ? args[0] : NULL, *opobj = n >= 2 ? args[1] : NULL;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject **slot = PyUnicode_CompareWithASCIIString(key, "op") == 0 ? &opobj
+                        : PyUnicode_CompareWithASCIIString(key, "buf") == 0 ? &obj : NULL;
+        if (!slot || *slot) {
+            PyErr_Format(PyExc_TypeError, "allreduce(buf, op=\"sum\"): unexpected or repeated argument %R", key);
+            return NULL;
+        }
+        *slot = args[n + i];
+    }
+    if (!obj || n > 2) {
+        PyErr_SetString(PyExc_TypeError, "allreduce(buf, op=\"sum\") takes the buffer and at most an op");
+        return NULL;
+    }
+    int op = opobj ? op_code(opobj) : LOCKSTEP_SUM;
+    if (op < 0)
+        return NULL;
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
-    long op = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred())
-        return NULL;
+    if (!PyObject_CheckBuffer(obj) && allreduce_other) {
+        PyObject *code = PyLong_FromLong(op);
+        PyObject *r = code ? PyObject_CallFunctionObjArgs(allreduce_other, (PyObject *)self, obj, code, NULL) : NULL;
+        Py_XDECREF(code);
+        if (r != Py_None)
+            return r; /* obj, or NULL with its error */
+        Py_DECREF(r);  /* not a tensor either: writable_buffer says what is wrong */
+    }
     Py_buffer v;
-    if (writable_buffer(args[0], &v, "allreduce") != 0)
+    if (writable_buffer(obj, &v, "allreduce") != 0)
         return NULL;
     int dt = dtype_of(&v);
     if (dt < 0) {
@@ -276,7 +325,7 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
     PyBuffer_Release(&v);
     if (rc)
         return raise_code(rc, "allreduce");
-    Py_RETURN_NONE;
+    return Py_NewRef(obj);
 }
 
 static PyObject *comm_broadcast(CommObject *self, PyObject *args)
@@ -410,7 +459,8 @@ static PyObject *comm_get_size(CommObject *self, void *closure)
 }
 
 static PyMethodDef comm_methods[] = {
-    {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL, "allreduce(buffer, op) in place"},
+    {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
+     "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
     {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
     {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
@@ -461,6 +511,7 @@ static PyObject *mod_env_params(PyObject *m, PyObject *unused)
 
 static PyMethodDef mod_methods[] = {
     {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
+    {"_set_allreduce_other", mod_set_allreduce_other, METH_O, "fn(comm, obj, op code) for non-buffers"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_lockstep", NULL, -1, mod_methods,

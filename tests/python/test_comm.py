@@ -158,6 +158,19 @@ def test_bad_buffers_raise_what_to_fix():
             c.allreduce([1.0, 2.0])
         with pytest.raises(ValueError, match="op must be one of"):
             c.allreduce(np.zeros(4, np.float32), op="mean")
+        with pytest.raises(ValueError, match="op must be one of"):
+            c.allreduce(np.zeros(4, np.float32), 0)  # names, not codes
+        with pytest.raises(TypeError, match="at most an op"):
+            c.allreduce(np.zeros(4, np.float32), "sum", "max")
+        with pytest.raises(TypeError, match="at most an op"):
+            c.allreduce()
+        with pytest.raises(TypeError, match="unexpected or repeated argument 'ops'"):
+            c.allreduce(np.zeros(4, np.float32), ops="sum")
+        with pytest.raises(TypeError, match="unexpected or repeated argument 'op'"):
+            c.allreduce(np.zeros(4, np.float32), "sum", op="max")
+        a = np.array([3, -1], np.int32)  # the bound C method and the class's, every spelling
+        assert c.allreduce(a) is a and lockstep.Comm.allreduce(c, a, "max") is a
+        assert c.allreduce(buf=a, op="min") is a and a.tolist() == [3, -1]
         with pytest.raises(ValueError, match="order must be one of"):
             c.broadcast(np.zeros(4, np.uint8), order="sideways")
         with pytest.raises(ValueError, match="size \\* len"):

@@ -26,7 +26,6 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
     meta, tensors = lockstep.load("model.gguf")   # or .safetensors; see lockstep.load
 """
 import numpy as _np
-from numpy import ndarray as _ndarray
 
 from . import _lockstep
 from ._lockstep import (BadFileError, CommCancelledError, CommError, CommTimeoutError, LoadCancelled,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -22,36 +23,41 @@
  * the caller's buffer, which is also the output when the call is in place); any other
  * overlap between out and an input is not allowed. */
 
-/* ---- f32 / i32 combine: acc = acc op v ------------------------------------------- */
+/* ---- f32 / i32 combine: out = a op b --------------------------------------------- */
 
 /* One body, compiled once per ISA by the target attribute; the loops vectorise
- * because each element is independent (no reduction across i, so no -ffast-math). */
+ * because each element is independent (no reduction across i, so no -ffast-math).
+ * a is the accumulator (MAX/MIN keep it when either side is NaN). out may be a or b
+ * itself (never a partial overlap): each element is read before it is written, so
+ * the compiler may drop its overlap check (GCC ivdep, clang assume_safety), which
+ * would otherwise send exact aliasing to the scalar loop. */
+#if defined(__clang__)
+#define LS_NO_OVERLAP_CHECK _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define LS_NO_OVERLAP_CHECK _Pragma("GCC ivdep")
+#endif
+#define LS_COMBINE_LOOP(expr)                                                                    \
+    LS_NO_OVERLAP_CHECK for (size_t i = 0; i < n; i++) out[i] = (expr)
 #define LS_COMBINE_BODIES(suffix, attr)                                                          \
-    attr static void f32_combine_##suffix(float *restrict acc, const float *restrict v, size_t n, \
+    attr static void f32_combine_##suffix(float *out, const float *a, const float *b, size_t n,  \
                                           lockstep_op_t op)                                       \
     {                                                                                            \
         if (op == LOCKSTEP_SUM)                                                                  \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = acc[i] + v[i];                                                          \
+            LS_COMBINE_LOOP(a[i] + b[i]);                                                        \
         else if (op == LOCKSTEP_MAX)                                                             \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = v[i] > acc[i] ? v[i] : acc[i];                                          \
+            LS_COMBINE_LOOP(b[i] > a[i] ? b[i] : a[i]);                                          \
         else                                                                                     \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = v[i] < acc[i] ? v[i] : acc[i];                                          \
+            LS_COMBINE_LOOP(b[i] < a[i] ? b[i] : a[i]);                                          \
     }                                                                                            \
-    attr static void i32_combine_##suffix(int32_t *restrict acc, const int32_t *restrict v,       \
+    attr static void i32_combine_##suffix(int32_t *out, const int32_t *a, const int32_t *b,      \
                                           size_t n, lockstep_op_t op)                             \
     {                                                                                            \
         if (op == LOCKSTEP_SUM) /* wrap-around, as the hardware does; no UB */                   \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)v[i]);                           \
+            LS_COMBINE_LOOP((int32_t)((uint32_t)a[i] + (uint32_t)b[i]));                         \
         else if (op == LOCKSTEP_MAX)                                                             \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = v[i] > acc[i] ? v[i] : acc[i];                                          \
+            LS_COMBINE_LOOP(b[i] > a[i] ? b[i] : a[i]);                                          \
         else                                                                                     \
-            for (size_t i = 0; i < n; i++)                                                       \
-                acc[i] = v[i] < acc[i] ? v[i] : acc[i];                                          \
+            LS_COMBINE_LOOP(b[i] < a[i] ? b[i] : a[i]);                                          \
     }
 
 LS_COMBINE_BODIES(base, )
@@ -60,8 +66,8 @@ LS_COMBINE_BODIES(avx2, __attribute__((target("avx2"))))
 LS_COMBINE_BODIES(avx512, __attribute__((target("avx512f"))))
 #endif
 
-typedef void (*f32_combine_fn)(float *restrict, const float *restrict, size_t, lockstep_op_t);
-typedef void (*i32_combine_fn)(int32_t *restrict, const int32_t *restrict, size_t, lockstep_op_t);
+typedef void (*f32_combine_fn)(float *, const float *, const float *, size_t, lockstep_op_t);
+typedef void (*i32_combine_fn)(int32_t *, const int32_t *, const int32_t *, size_t, lockstep_op_t);
 
 struct kernels {
     f32_combine_fn f32;
@@ -87,7 +93,8 @@ static const struct kernels *kernels(void)
         t.f32 = f32_combine_avx2;
         t.i32 = i32_combine_avx2;
     }
-    t.f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    unsigned a, b, c, d; /* F16C from CPUID leaf 1 (clang 14's builtin does not know it) */
+    t.f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2");
 #endif
     k = t;
     __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
@@ -218,6 +225,16 @@ static void narrow(lockstep_dtype_t dt, uint16_t *out, const float *in, size_t n
     }
 }
 
+/* out = a op b over n f32 or i32 elements; out may be a or b itself */
+static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, void *out, const void *a,
+                                 const void *b, size_t n, lockstep_op_t op)
+{
+    if (dt == LOCKSTEP_F32)
+        kt->f32(out, a, b, n, op);
+    else
+        kt->i32(out, a, b, n, op);
+}
+
 /* ---- the entry point --------------------------------------------------------------- */
 
 #define HALF_BLOCK 1024
@@ -234,28 +251,34 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
          * into it: memory sees each input read once and out written once, instead of
          * out being re-read and re-written once per input. */
         const struct kernels *kt = kernels();
-        int alias = 0; /* an input k >= 1 that is out itself: saved per block before out is written */
+        int alias = 0; /* an input k >= 1 that is out itself */
         for (int k = 1; k < nin; k++)
             if (in[k] == out)
                 alias = k;
-        uint32_t saved[WORD_BLOCK];
+        uint32_t part[WORD_BLOCK]; /* inputs 0 .. alias - 1 combined, when alias >= 2 */
         for (size_t off = 0; off < count; off += WORD_BLOCK) {
             size_t n = count - off < WORD_BLOCK ? count - off : WORD_BLOCK;
             char *o = (char *)out + off * 4;
-            const char *first = (const char *)in[0] + off * 4;
-            if (alias)
-                memcpy(saved, o, n * 4);
-            if (o != first)
-                memmove(o, first, n * 4);
-            for (int k = 1; k < nin; k++) {
-                const void *v = k == alias ? (const void *)saved : (const char *)in[k] + off * 4;
-                if (dt == LOCKSTEP_F32)
-                    kt->f32((float *)o, v, n, op);
-                else
-                    kt->i32((int32_t *)o, v, n, op);
+            const char *blk[LOCKSTEP_COMM_MAX_RANKS];
+            for (int k = 0; k < nin; k++)
+                blk[k] = (const char *)in[k] + off * 4;
+            int k = 2;
+            if (nin == 1) {
+                if (o != blk[0])
+                    memmove(o, blk[0], n * 4);
+            } else if (alias >= 2) { /* the inputs before out's own go to part first */
+                combine_words(kt, dt, part, blk[0], blk[1], n, op);
+                for (; k < alias; k++)
+                    combine_words(kt, dt, part, part, blk[k], n, op);
+                combine_words(kt, dt, o, part, o, n, op);
+                k = alias + 1;
+            } else { /* out may be input 0 or 1 itself */
+                combine_words(kt, dt, o, blk[0], blk[1], n, op);
             }
-            for (int k = 0; k < nalso; k++) /* while the block is still in L1 */
-                memcpy((char *)also[k] + off * 4, o, n * 4);
+            for (; k < nin; k++)
+                combine_words(kt, dt, o, o, blk[k], n, op);
+            for (int j = 0; j < nalso; j++) /* while the block is still in L1 */
+                memcpy((char *)also[j] + off * 4, o, n * 4);
         }
         return;
     }
@@ -265,7 +288,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
         widen(dt, acc, (const uint16_t *)in[0] + off, n);
         for (int k = 1; k < nin; k++) {
             widen(dt, tmp, (const uint16_t *)in[k] + off, n);
-            kernels()->f32(acc, tmp, n, op);
+            kernels()->f32(acc, acc, tmp, n, op);
         }
         narrow(dt, (uint16_t *)out + off, acc, n);
         for (int k = 0; k < nalso; k++)

@@ -125,7 +125,9 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
 
 /* Join the job: every rank calls this with the same job and size. Blocks until all
  * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
- * (bad params), ETIMEDOUT (peers did not come), ECANCELED (params.cancel asked),
+ * (bad params), ETIMEDOUT (peers did not come), LOCKSTEP_EMISMATCH (on every rank
+ * that reached create, when one rank's size or slot and buffer sizes differ from rank
+ * 0's), ECANCELED (params.cancel asked),
  * EEXIST (a live job already uses the name), ENOSPC (/dev/shm cannot hold the
  * segment: slots and buffers of every rank, all allocated here), ENOMEM, or the
  * shm_open/mmap errno. */

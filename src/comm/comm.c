@@ -607,6 +607,22 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
     return -EINVAL;
 }
 
+/* A joiner whose params give another layout than rank 0's header: record the
+ * mismatch as the segment's failure, so the ranks already waiting in create fail with
+ * it too (within a wait slice) instead of waiting out their deadline. The header and
+ * the state are the segment's first two lines, inside its first page. */
+static void refuse_layout(lockstep_comm_t *c, int fd)
+{
+    char *m = mmap(NULL, 2 * LS_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return; /* the others then time out, as they would without this */
+    c->state = (ls_seg_state_t *)(m + LS_LINE);
+    ls_comm_fail(c, LOCKSTEP_EMISMATCH);
+    lockstep_wait_wake(&c->wait, &c->state->joined);
+    c->state = NULL;
+    munmap(m, 2 * LS_LINE);
+}
+
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
 {
     int err = EINVAL;
@@ -691,12 +707,15 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                 }
                 if (ready)
                     break;
-                close(fd);
-                fd = -1;
                 if (differs) { /* rank 0 was created with a different size or slots */
+                    refuse_layout(c, fd);
+                    close(fd);
+                    fd = -1;
                     err = LOCKSTEP_EMISMATCH;
                     goto fail;
                 }
+                close(fd);
+                fd = -1;
             } else if (errno != ENOENT) {
                 err = errno;
                 goto fail;

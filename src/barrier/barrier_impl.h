@@ -31,17 +31,17 @@ typedef struct ls_node {
 
 static inline ls_slot_t *ls_slot(lockstep_barrier_t *b, unsigned tid)
 {
-    return (ls_slot_t *)((char *)b + b->cfg.off_slots + (size_t)tid * b->cfg.slot_stride);
+    return (ls_slot_t *)(void *)((char *)b + b->cfg.off_slots + (size_t)tid * b->cfg.slot_stride);
 }
 
 static inline lockstep_waitword_t *ls_dissem_flag(lockstep_barrier_t *b, unsigned tid, unsigned round)
 {
-    return (lockstep_waitword_t *)((char *)ls_slot(b, tid) + (size_t)(round + 1) * LOCKSTEP_CACHELINE);
+    return (lockstep_waitword_t *)(void *)((char *)ls_slot(b, tid) + (size_t)(round + 1) * LOCKSTEP_CACHELINE);
 }
 
 static inline ls_node_t *ls_node(lockstep_barrier_t *b, uint32_t i)
 {
-    return (ls_node_t *)((char *)b + b->cfg.off_nodes + (size_t)i * LOCKSTEP_CACHELINE);
+    return (ls_node_t *)(void *)((char *)b + b->cfg.off_nodes + (size_t)i * LOCKSTEP_CACHELINE);
 }
 
 /* Per-algorithm entry points; arguments are already validated. */

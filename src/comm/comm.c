@@ -269,7 +269,7 @@ struct ls_peer_words {
 
 static lockstep_waitword_t *peer_word(lockstep_comm_t *c, int r, struct ls_peer_words pw)
 {
-    return (lockstep_waitword_t *)((char *)ls_ctl(c, r) + pw.word);
+    return (lockstep_waitword_t *)(void *)((char *)ls_ctl(c, r) + pw.word);
 }
 
 static int all_missing_elsewhere(lockstep_comm_t *c, struct ls_peer_words pw, uint32_t t, int cpu)
@@ -277,7 +277,7 @@ static int all_missing_elsewhere(lockstep_comm_t *c, struct ls_peer_words pw, ui
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank || ls_reached(ls_load_acquire(&peer_word(c, r, pw)->value), t))
             continue;
-        int where = __atomic_load_n((int32_t *)((char *)ls_ctl(c, r) + pw.where), __ATOMIC_RELAXED);
+        int where = __atomic_load_n((int32_t *)(void *)((char *)ls_ctl(c, r) + pw.where), __ATOMIC_RELAXED);
         if (where < 0 || where == cpu)
             return 0;
     }
@@ -616,7 +616,7 @@ static void refuse_layout(lockstep_comm_t *c, int fd)
     char *m = mmap(NULL, 2 * LS_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return; /* the others then time out, as they would without this */
-    c->state = (ls_seg_state_t *)(m + LS_LINE);
+    c->state = (ls_seg_state_t *)(void *)(m + LS_LINE);
     ls_comm_fail(c, LOCKSTEP_EMISMATCH);
     lockstep_wait_wake(&c->wait, &c->state->joined);
     c->state = NULL;
@@ -739,9 +739,9 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         err = errno;
         goto fail_unlink;
     }
-    c->hdr = (ls_seg_hdr_t *)c->base;
-    c->state = (ls_seg_state_t *)(c->base + LS_LINE);
-    c->barrier = (lockstep_barrier_t *)(c->base + want.off_barrier);
+    c->hdr = (ls_seg_hdr_t *)(void *)c->base;
+    c->state = (ls_seg_state_t *)(void *)(c->base + LS_LINE);
+    c->barrier = (lockstep_barrier_t *)(void *)(c->base + want.off_barrier);
     if (p->rank == 0) {
         memcpy(c->hdr, &want, sizeof want);
         c->hdr->creator_pid = (int32_t)getpid();

@@ -106,7 +106,7 @@ struct lockstep_comm {
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
 {
-    return (ls_ctl_t *)(c->base + c->hdr->off_ctl + (size_t)r * sizeof(ls_ctl_t));
+    return (ls_ctl_t *)(void *)(c->base + c->hdr->off_ctl + (size_t)r * sizeof(ls_ctl_t));
 }
 
 static inline char *ls_small(const lockstep_comm_t *c, int r, unsigned b)

@@ -174,7 +174,7 @@ __attribute__((target("avx2,f16c"))) static void f16_widen_f16c(float *out, cons
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(in + i))));
     for (; i < n; i++)
         out[i] = ls_f16_to_f32(in[i]);
 }
@@ -183,7 +183,7 @@ __attribute__((target("avx2,f16c"))) static void f16_narrow_f16c(uint16_t *out, 
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(out + i),
+        _mm_storeu_si128((void *)(out + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
         out[i] = ls_f32_to_f16(in[i]);

@@ -31,9 +31,9 @@ struct run {
     int split;
 };
 
-static struct shared *S(const struct run *r) { return (struct shared *)r->base; }
-static uint32_t *arrivals(const struct run *r) { return (uint32_t *)(r->base + S(r)->arrivals_off); }
-static lockstep_barrier_t *bar(const struct run *r) { return (lockstep_barrier_t *)(r->base + S(r)->barrier_off); }
+static struct shared *S(const struct run *r) { return (struct shared *)(void *)r->base; }
+static uint32_t *arrivals(const struct run *r) { return (uint32_t *)(void *)(r->base + S(r)->arrivals_off); }
+static lockstep_barrier_t *bar(const struct run *r) { return (lockstep_barrier_t *)(void *)(r->base + S(r)->barrier_off); }
 
 static void fail(const struct run *r, const char *what, unsigned tid, unsigned e)
 {

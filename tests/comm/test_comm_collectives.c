@@ -190,7 +190,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
                 }
         }
         int in_buf = kind == 0 || kind == 3 || (kind == 1 && rank % 2 == 0);
-        int32_t *v = in_buf ? (int32_t *)(buf + 4096 * (size_t)(round % 3)) : mine;
+        int32_t *v = in_buf ? (int32_t *)(void *)(buf + 4096 * (size_t)(round % 3)) : mine;
         for (size_t i = 0; i < n; i++) {
             v[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
             want[i] = (int32_t)(i * (size_t)(size * (size + 1) / 2) + (size_t)(round * size));

@@ -76,7 +76,10 @@ typedef struct lockstep_comm_params {
                                             allgathers up to this size go through it, with
                                             one synchronisation; 256..1 GiB, a multiple of 64 */
     size_t allreduce_small_bytes;        /* allreduces up to this size (and up to
-                                            small_bytes) take the small path; 256..1 GiB */
+                                            small_bytes) take the small path; 256..1 GiB,
+                                            or 0 (default): rank 0 picks 512 B while
+                                            ranks fit its CPUs, 8 KiB when they outnumber
+                                            them, and the others take its choice */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
                                             allreduce uses at most 256 KiB of it per step */

@@ -31,6 +31,9 @@
 #include "comm_impl.h"
 
 #define OVERSUBSCRIBED_STEP ((size_t)256 * 1024)
+/* allreduce_small_bytes = 0: the switch rank 0 picks (measured: see params_default) */
+#define AUTO_SMALL_FITS ((size_t)512)
+#define AUTO_SMALL_OVERSUBSCRIBED ((size_t)8 * 1024)
 #define SLICE_NS (10ull * 1000 * 1000) /* liveness is checked this often while waiting */
 
 
@@ -46,12 +49,19 @@ lockstep_comm_params_t lockstep_comm_params_default(void)
      * processes (4, 6, 8, 12, 16, 24, 32, 48, 64 KiB, then x2 to 1 MiB; 2 and 4 ranks;
      * median of 15 batches). Allreduce: the chunked reduce-scatter path ties the small
      * one at 8 KiB and wins above it (2 ranks, 12 KiB: 5.4 against 5.9 us; 4 ranks: 13.5
-     * against 14.4). A broadcast or allgather gains nothing from the large path's chunks
-     * until they pipeline, and pays one synchronisation more: the small path is 1.1-2.3x
+     * against 14.4). On a later machine (AMD EPYC, 2 vCPUs; 512 B-16 KiB x2, 4 runs)
+     * the chunked path tied at 512 B and won from 1 KiB at 2 ranks (1 KiB: 0.33-0.37 us
+     * against 0.36-0.39; 2 KiB: 0.43-0.46 against 0.54-0.58; 4 KiB: 0.63-0.90 against
+     * 0.87-0.96) while at 4 ranks on its 2 CPUs the small path still won up to 8 KiB
+     * (4 KiB: 3.5-8.4 against 4.8-8.9) and lost at 16. So the default, 0, lets rank 0
+     * choose by that: 512 B while ranks fit the CPUs, 8 KiB when they outnumber them
+     * (AUTO_SMALL_* above).
+     * A broadcast or allgather gains nothing from the large path's chunks until they
+     * pipeline, and pays one synchronisation more: the small path is 1.1-2.3x
      * faster up to 128 KiB and ties or wins at 256 KiB, with unchanged or fresh data; at
      * 512 KiB the large path ties or wins. */
     p.small_bytes = 256 * 1024;
-    p.allreduce_small_bytes = 8 * 1024;
+    p.allreduce_small_bytes = 0; /* rank 0 chooses: see above */
     p.chunk_bytes = 1024 * 1024;
     return p;
 }
@@ -596,8 +606,9 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
         snprintf(msg, len, "small_bytes must be a multiple of 64 from 256 to 2**30 (got %zu)", p->small_bytes);
     else if (p->chunk_bytes < 4096 || p->chunk_bytes > SLOT_MAX || p->chunk_bytes % 64)
         snprintf(msg, len, "chunk_bytes must be a multiple of 64 from 4096 to 2**30 (got %zu)", p->chunk_bytes);
-    else if (p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > SLOT_MAX)
-        snprintf(msg, len, "allreduce_small_bytes must be from 256 to 2**30 (got %zu)", p->allreduce_small_bytes);
+    else if (p->allreduce_small_bytes && (p->allreduce_small_bytes < 256 || p->allreduce_small_bytes > SLOT_MAX))
+        snprintf(msg, len, "allreduce_small_bytes must be 0 (automatic) or from 256 to 2**30 (got %zu)",
+                 p->allreduce_small_bytes);
     else if (p->buffer_bytes > BUFFER_MAX)
         snprintf(msg, len, "buffer_bytes must be at most 2**40 (got %zu)", p->buffer_bytes);
     else {
@@ -654,7 +665,11 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     memset(&want, 0, sizeof want);
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
-    want.allreduce_small = p->allreduce_small_bytes < p->small_bytes ? p->allreduce_small_bytes : p->small_bytes;
+    int oversubscribed = (unsigned)p->size > (unsigned)lockstep_cpus_available();
+    size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
+                      : oversubscribed         ? AUTO_SMALL_OVERSUBSCRIBED
+                                               : AUTO_SMALL_FITS;
+    want.allreduce_small = ar_small < p->small_bytes ? ar_small : p->small_bytes;
     want.chunk_bytes = p->chunk_bytes;
     size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
     want.off_barrier = 2 * LS_LINE;
@@ -670,7 +685,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
      * better, 64 KiB worse. 2 ranks on 2 cores did best with 1 MiB. Rank 0 decides, for
      * everyone, since ranks may see different CPU counts (affinity). */
     want.step_bytes = p->chunk_bytes;
-    if ((unsigned)p->size > (unsigned)lockstep_cpus_available() && want.step_bytes > OVERSUBSCRIBED_STEP)
+    if (oversubscribed && want.step_bytes > OVERSUBSCRIBED_STEP)
         want.step_bytes = OVERSUBSCRIBED_STEP;
 
     char name[LOCKSTEP_COMM_JOB_MAX + 16];
@@ -697,7 +712,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                         if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
                             pid_alive(h->creator_pid)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
-                                      h->allreduce_small != want.allreduce_small ||
+                                      (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||
                                       h->buffer_bytes != want.buffer_bytes || h->total != want.total;
                             ready = !differs && (size_t)st.st_size >= want.total;

@@ -245,6 +245,44 @@ static int disagree_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* allreduce_small_bytes = 0: rank 0 picks the switch (512 B while ranks fit the CPUs,
+ * 8 KiB when they outnumber them). A rank that names the same value joins; another
+ * value is a mismatch; a rank that leaves it at 0 takes rank 0's choice. */
+static int auto_switch_mode; /* 0: rank 1 names rank 0's choice; 1: another; 2: rank 0 names it */
+
+static int auto_switch_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    size_t picked = (unsigned)size > (unsigned)lockstep_cpus_available() ? 8192 : 512;
+    CHECK_EQ(p.allreduce_small_bytes, 0);
+    if (auto_switch_mode == 0 && rank == 1)
+        p.allreduce_small_bytes = picked;
+    else if (auto_switch_mode == 1 && rank == 1)
+        p.allreduce_small_bytes = picked == 512 ? 8192 : 512;
+    else if (auto_switch_mode == 2 && rank == 0)
+        p.allreduce_small_bytes = 4096;
+    p.timeout_ms = 10000;
+    errno = 0;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (auto_switch_mode == 1) {
+        CHECK(c == NULL);
+        CHECK_EQ(errno, LOCKSTEP_EMISMATCH);
+        return 0;
+    }
+    CHECK(c != NULL);
+    /* both ranks take the same path on each side of the switch: the sums agree */
+    float v[3000];
+    for (size_t n = 50; n <= 3000; n += 700) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(rank + 1) * (float)(i % 7);
+        CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+        for (size_t i = 0; i < n; i++)
+            CHECK(v[i] == 3.0f * (float)(i % 7));
+    }
+    lockstep_comm_free(c);
+    return 0;
+}
+
 static void test_rendezvous(void)
 {
     char job[96];
@@ -312,6 +350,15 @@ static void test_rendezvous(void)
     CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
     CHECK_EQ(shm_entries_with(job), 0);
     disagree_on = 0;
+    for (auto_switch_mode = 0; auto_switch_mode < 3; auto_switch_mode++) {
+        harness_job(job, sizeof job, "auto");
+        CHECK_EQ(harness_run(auto_switch_body, 2, job, 30, 0), 0);
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+    p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "x");
+    p.allreduce_small_bytes = 0;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), 0);
 
     /* buffer_bytes: at most 2**40; a segment /dev/shm cannot hold fails with ENOSPC at
      * create (every page is allocated there), not with a SIGBUS at first use */

@@ -185,7 +185,7 @@ def test_bad_buffers_raise_what_to_fix():
         lockstep.Comm("x", 0, 1, small_bytes=1000)
     with pytest.raises(ValueError, match="chunk_bytes must be"):
         lockstep.Comm("x", 0, 1, chunk_bytes=1024)
-    with pytest.raises(ValueError, match="allreduce_small_bytes must be from 256"):
+    with pytest.raises(ValueError, match="allreduce_small_bytes must be 0 \\(automatic\\) or from 256"):
         lockstep.Comm("x", 0, 1, allreduce_small_bytes=100)
     c = lockstep.Comm(f"py-closed-{os.getpid()}", 0, 1)
     c.close()

@@ -202,11 +202,16 @@ int ls_comm_failed(lockstep_comm_t *c)
     return f ? -(int)f : 0;
 }
 
-int ls_comm_fail(lockstep_comm_t *c, int code)
+/* Record code as the segment's failure unless one is recorded already. */
+static void seg_fail(ls_seg_state_t *st, int code)
 {
     uint32_t none = 0;
-    __atomic_compare_exchange_n(&c->state->failed, &none, (uint32_t)code, 0,
-                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    __atomic_compare_exchange_n(&st->failed, &none, (uint32_t)code, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+int ls_comm_fail(lockstep_comm_t *c, int code)
+{
+    seg_fail(c->state, code);
     return ls_comm_failed(c); /* the first failure wins on every rank */
 }
 
@@ -619,18 +624,16 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
 }
 
 /* A joiner whose params give another layout than rank 0's header: record the
- * mismatch as the segment's failure, so the ranks already waiting in create fail with
- * it too (within a wait slice) instead of waiting out their deadline. The header and
- * the state are the segment's first two lines, inside its first page. */
-static void refuse_layout(lockstep_comm_t *c, int fd)
+ * mismatch as the segment's failure, so the ranks already waiting in create see it
+ * between two wait slices and fail with it too, instead of waiting out their
+ * deadline. The header and the state are the segment's first two lines, inside its
+ * first page. */
+static void refuse_layout(int fd)
 {
     char *m = mmap(NULL, 2 * LS_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
         return; /* the others then time out, as they would without this */
-    c->state = (ls_seg_state_t *)(void *)(m + LS_LINE);
-    ls_comm_fail(c, LOCKSTEP_EMISMATCH);
-    lockstep_wait_wake(&c->wait, &c->state->joined);
-    c->state = NULL;
+    seg_fail((ls_seg_state_t *)(void *)(m + LS_LINE), LOCKSTEP_EMISMATCH);
     munmap(m, 2 * LS_LINE);
 }
 
@@ -723,7 +726,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                 if (ready)
                     break;
                 if (differs) { /* rank 0 was created with a different size or slots */
-                    refuse_layout(c, fd);
+                    refuse_layout(fd);
                     close(fd);
                     fd = -1;
                     err = LOCKSTEP_EMISMATCH;

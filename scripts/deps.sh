@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what the build, the tests and the benchmarks need, when it is missing.
-#   scripts/deps.sh test   — compilers (clang for libFuzzer), CMake, Ninja
-#   scripts/deps.sh bench  — plus clang + LLVM libomp (OpenMP baseline), OpenMPI (the
-#                            collectives' baseline) and matplotlib
+#   scripts/deps.sh test   — compilers (clang for libFuzzer), CMake, Ninja, OpenMPI
+#                            (lockstep_mpi and its tests)
+#   scripts/deps.sh bench  — plus clang + LLVM libomp (OpenMP baseline) and matplotlib
+#                            (OpenMPI is also the collectives' baseline)
 set -euo pipefail
 what=${1:-test}
 
@@ -15,8 +16,9 @@ if [ "$what" = bench ]; then
   if ! ls /usr/lib/llvm-*/lib/libomp.so >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libomp.so* >/dev/null 2>&1; then
     need_apt+=(libomp-dev)
   fi
-  command -v mpicc >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 fi
+# OpenMPI: the collectives' baseline (bench) and lockstep_mpi, built and tested with it
+command -v mpicc >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "deps: installing ${need_apt[*]} from Debian" >&2
   export DEBIAN_FRONTEND=noninteractive

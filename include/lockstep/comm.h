@@ -153,6 +153,14 @@ size_t lockstep_dtype_size(lockstep_dtype_t dtype);
 int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op);
 
+/* out[i] = a[i] op b[i], i < count, with the kernels the collectives use (f16 and bf16
+ * computed in f32 and rounded once; max and min give a where either side is NaN).
+ * out may be a or b (the same start); no other overlap. For combining partial results
+ * outside a communicator, as lockstep/comm_mpi.h does between nodes. Returns 0 or
+ * -EINVAL (bad dtype or op, NULL buffers with count > 0, count too large, overlap). */
+int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const void *a, const void *b,
+                    size_t count);
+
 /* This rank's shared buffer (params.buffer_bytes of it, rounded up to 4 KiB; *bytes
  * receives the size when bytes is not NULL), page-aligned and zero-filled at create,
  * valid until lockstep_comm_free. Every rank's buffer is mapped by every rank. An

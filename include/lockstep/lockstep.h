@@ -21,7 +21,8 @@ enum {
     LOCKSTEP_EPEERDIED = 5001, /* a peer process exited or was killed mid-call */
     LOCKSTEP_EMISMATCH = 5002, /* participants disagree on a collective's arguments */
     LOCKSTEP_EBADFILE  = 5003, /* a model file is malformed */
-    LOCKSTEP_EABORTED  = 5004  /* a graph run was aborted by a node or by lockstep_pool_abort */
+    LOCKSTEP_EABORTED  = 5004, /* a graph run was aborted by a node or by lockstep_pool_abort */
+    LOCKSTEP_EMPI      = 5005  /* an MPI call failed (lockstep/comm_mpi.h) */
 };
 
 /* A static, human-readable description of a code (negative or positive). Never NULL. */

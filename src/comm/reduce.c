@@ -10,6 +10,8 @@
  * (no reduction across elements), compiled three times (AVX-512, AVX2, baseline) and
  * picked once per process by __builtin_cpu_supports. The f16 conversions use F16C
  * when available, else an exact scalar path. */
+#include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -294,4 +296,22 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
         for (int k = 0; k < nalso; k++)
             memcpy((uint16_t *)also[k] + off, (uint16_t *)out + off, n * 2);
     }
+}
+
+int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const void *a, const void *b,
+                    size_t count)
+{
+    size_t es = lockstep_dtype_size(dtype);
+    if (!es || (unsigned)op > LOCKSTEP_MIN || count > SIZE_MAX / es || (count && (!out || !a || !b)))
+        return -EINVAL;
+    size_t n = count * es;
+    const char *o = out;
+    for (int k = 0; k < 2; k++) {
+        const char *in = k ? b : a;
+        if (n && in != o && o < in + n && in < o + n)
+            return -EINVAL; /* partial overlap */
+    }
+    const void *in[2] = {a, b};
+    ls_reduce(dtype, op, out, NULL, 0, in, 2, count);
+    return 0;
 }

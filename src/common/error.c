@@ -12,6 +12,7 @@ const char *lockstep_strerror(int code)
     case LOCKSTEP_EMISMATCH: return "participants called a collective with different arguments";
     case LOCKSTEP_EBADFILE: return "malformed model file";
     case LOCKSTEP_EABORTED: return "graph run aborted";
+    case LOCKSTEP_EMPI: return "an MPI call failed";
     default: return strerror(code);
     }
 }

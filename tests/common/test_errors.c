@@ -9,6 +9,7 @@ int main(void)
     CHECK(strcmp(lockstep_version(), LOCKSTEP_VERSION_STRING) == 0);
     CHECK(strstr(lockstep_strerror(-LOCKSTEP_EPEERDIED), "peer") != NULL);
     CHECK(strstr(lockstep_strerror(LOCKSTEP_EABORTED), "abort") != NULL);
+    CHECK(strstr(lockstep_strerror(LOCKSTEP_EMPI), "MPI") != NULL);
     CHECK(strcmp(lockstep_strerror(-EINVAL), strerror(EINVAL)) == 0);
     CHECK(strcmp(lockstep_strerror(0), "success") == 0);
     CHECK(lockstep_strerror(-999999) != NULL);

@@ -1,0 +1,84 @@
+/* lockstep/comm_mpi.h — collectives past one node: shared memory inside each node,
+ * MPI between nodes. Link lockstep::lockstep_mpi (built when CMake finds MPI).
+ *
+ * A lockstep_mpi_comm_t spans the processes of an MPI communicator. The ranks of each
+ * node share one lockstep_comm_t (lockstep/comm.h); the lowest rank of each node is its
+ * leader, and only the leaders talk MPI, with non-blocking collectives polled against
+ * the same deadline as the node's waits. A call:
+ *
+ *   allreduce  node allreduce; leaders reduce the node results to the first leader in
+ *              node order (MPI_Ireduce with a non-commutative user op, so MPI keeps
+ *              that order) and broadcast it back (MPI_Ibcast); node broadcast.
+ *   broadcast  node broadcast in the root's node; leaders MPI_Ibcast; node broadcast
+ *              in the other nodes.
+ *   allgather  node allgather; leaders MPI_Iallgatherv of the node blocks; node
+ *              broadcast of the whole result, in the comm's rank order.
+ *   barrier    node barrier; leaders MPI_Ibarrier; node broadcast of the outcome.
+ *
+ * After the leaders' step every leader broadcasts its outcome to its node first, so
+ * that an MPI failure or timeout on a leader fails the call on its whole node at once
+ * instead of leaving the others to their deadline. Every rank gets bit-identical
+ * results; an f16 or bf16 allreduce is rounded once per node and once more between
+ * nodes. Errors: those of lockstep/comm.h, and -LOCKSTEP_EMPI when an MPI call
+ * returns an error (the MPI communicators here are set to return errors, not abort).
+ * What MPI cannot give: mismatched calls are detected inside each node only, and a
+ * node whose leader never reaches MPI makes the other leaders wait out their deadline
+ * (-ETIMEDOUT); the pending MPI request is then abandoned, and the communicator is
+ * broken (free it; later calls return the same error).
+ *
+ * Threading: one thread at a time per communicator; MPI must be initialised with at
+ * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */
+#ifndef LOCKSTEP_COMM_MPI_H
+#define LOCKSTEP_COMM_MPI_H
+
+#include <mpi.h>
+#include "lockstep/lockstep.h"
+#include "lockstep/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lockstep_mpi_comm lockstep_mpi_comm_t;
+
+typedef struct lockstep_mpi_params {
+    lockstep_comm_params_t node; /* each node's communicator: timeout_ms (also the
+                                    leaders' MPI deadline), wait_policy, sizes, pool,
+                                    cancel, buffer_bytes; job, rank and size are
+                                    filled in here */
+    int ranks_per_node;          /* 0 (default): a node is the ranks that share memory
+                                    (MPI_COMM_TYPE_SHARED); n > 0: those are further
+                                    split into ceil(ranks / n) groups, dealt round-
+                                    robin by rank (as a by-node mapping places ranks),
+                                    each taking the part of a node: runs the
+                                    multi-node path on one machine */
+} lockstep_mpi_params_t;
+
+lockstep_mpi_params_t lockstep_mpi_params_default(void);
+
+/* Collective over comm (MPI must be initialised). NULL with errno set: EINVAL (bad
+ * params on any rank, or comm is MPI_COMM_NULL), ENOMEM, the errors of
+ * lockstep_comm_create, or LOCKSTEP_EMPI; every rank of comm fails alike. */
+lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_params_t *params);
+void lockstep_mpi_comm_free(lockstep_mpi_comm_t *c);
+
+int lockstep_mpi_comm_rank(const lockstep_mpi_comm_t *c);  /* rank in comm */
+int lockstep_mpi_comm_size(const lockstep_mpi_comm_t *c);
+int lockstep_mpi_comm_nodes(const lockstep_mpi_comm_t *c); /* number of nodes */
+lockstep_comm_t *lockstep_mpi_comm_node(lockstep_mpi_comm_t *c); /* this node's */
+
+/* As lockstep_comm_allreduce, over every rank of comm. */
+int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
+                           lockstep_dtype_t dtype, lockstep_op_t op);
+/* Copy root's buf (bytes; root is a rank of comm) to every rank. */
+int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root);
+/* recv[r * bytes .. (r+1) * bytes) = rank r's send (ranks of comm); send may be
+ * recv + rank * bytes. */
+int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes);
+int lockstep_mpi_barrier(lockstep_mpi_comm_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,432 @@
+/* Collectives past one node: a lockstep_comm_t per node, MPI between the node leaders.
+ * The call structure is in lockstep/comm_mpi.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lockstep/comm_mpi.h"
+
+struct lockstep_mpi_comm {
+    MPI_Comm all, node_mpi, leaders; /* leaders: MPI_COMM_NULL except on leaders */
+    lockstep_comm_t *node;
+    int rank, size, local, local_size, nodes, node_index;
+    int *node_of, *local_of;        /* per rank of all */
+    int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
+    int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
+    uint64_t timeout_ns;
+    int (*cancel)(void *arg);
+    void *cancel_arg;
+    int broken;                     /* the first error (negative), 0 while healthy */
+    void *scratch;
+    size_t scratch_bytes;
+};
+
+/* ---- the leaders' reduction: lockstep's kernels as non-commutative MPI ops -------- */
+
+static MPI_Datatype g_type[4]; /* per lockstep_dtype_t: its own committed type */
+static MPI_Op g_op[3];        /* per lockstep_op_t */
+static int g_ready;           /* 1 once made, -1 if making them failed */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static lockstep_dtype_t dtype_of(MPI_Datatype t)
+{
+    for (int d = 0; d < 4; d++)
+        if (t == g_type[d])
+            return (lockstep_dtype_t)d;
+    return (lockstep_dtype_t)-1;
+}
+
+/* MPI's contract: inout = in op inout, in holding the lower ranks' part. */
+static void combine(lockstep_op_t op, void *in, void *inout, int *len, MPI_Datatype *t)
+{
+    lockstep_reduce(dtype_of(*t), op, inout, in, inout, (size_t)*len);
+}
+static void op_sum(void *in, void *inout, int *len, MPI_Datatype *t) { combine(LOCKSTEP_SUM, in, inout, len, t); }
+static void op_max(void *in, void *inout, int *len, MPI_Datatype *t) { combine(LOCKSTEP_MAX, in, inout, len, t); }
+static void op_min(void *in, void *inout, int *len, MPI_Datatype *t) { combine(LOCKSTEP_MIN, in, inout, len, t); }
+
+static void make_ops(void)
+{
+    MPI_User_function *fn[3] = {op_sum, op_max, op_min};
+    int ok = 1;
+    for (int d = 0; d < 4 && ok; d++) {
+        int es = (int)lockstep_dtype_size((lockstep_dtype_t)d);
+        ok = MPI_Type_contiguous(es, MPI_BYTE, &g_type[d]) == MPI_SUCCESS &&
+             MPI_Type_commit(&g_type[d]) == MPI_SUCCESS;
+    }
+    /* non-commutative: MPI then combines in rank order, the order the nodes use */
+    for (int o = 0; o < 3 && ok; o++)
+        ok = MPI_Op_create(fn[o], 0, &g_op[o]) == MPI_SUCCESS;
+    g_ready = ok ? 1 : -1;
+}
+
+/* ---- waiting on the leaders' requests --------------------------------------------- */
+
+/* Poll req to completion, yielding the CPU between polls after a short spin, with the
+ * node's deadline and cancel check every 256 polls. */
+static int mpi_wait(lockstep_mpi_comm_t *c, MPI_Request *req, int mpi_rc)
+{
+    if (mpi_rc != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    uint64_t deadline = c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
+    for (unsigned i = 0;; i++) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return -LOCKSTEP_EMPI;
+        if (done)
+            return 0;
+        if (i > 64)
+            sched_yield();
+        if ((i & 255) == 255) {
+            if (c->cancel && c->cancel(c->cancel_arg))
+                return -ECANCELED; /* the request is abandoned: the communicator is broken */
+            if (deadline && lockstep_now_ns() >= deadline)
+                return -ETIMEDOUT;
+        }
+    }
+}
+
+/* Record a failure; every later call returns it. Not -EINVAL: bad arguments are
+ * refused before anything is announced, and leave the communicator working. */
+static int fail(lockstep_mpi_comm_t *c, int rc)
+{
+    if (rc && rc != -EINVAL && !c->broken)
+        c->broken = rc;
+    return rc;
+}
+
+/* After the node's part of a call: 1 when the call ends there (it failed, or there is
+ * only one node), with *rc its result; 0 when the leaders' MPI step follows. */
+static int ends_in_node(lockstep_mpi_comm_t *c, int *rc)
+{
+    if (*rc) {
+        *rc = fail(c, *rc);
+        return 1;
+    }
+    return c->nodes == 1;
+}
+
+/* The leader's outcome of its MPI step, to the whole node; the node's common result. */
+static int share_outcome(lockstep_mpi_comm_t *c, int rc)
+{
+    int32_t v = rc;
+    int brc = lockstep_comm_broadcast(c->node, &v, sizeof v, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    return fail(c, brc ? brc : v);
+}
+
+static void *scratch(lockstep_mpi_comm_t *c, size_t bytes)
+{
+    if (bytes > c->scratch_bytes) {
+        void *p = realloc(c->scratch, bytes);
+        if (!p)
+            return NULL;
+        c->scratch = p;
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+/* ---- create / free ------------------------------------------------------------------ */
+
+lockstep_mpi_params_t lockstep_mpi_params_default(void)
+{
+    lockstep_mpi_params_t p;
+    memset(&p, 0, sizeof p);
+    p.node = lockstep_comm_params_default();
+    return p;
+}
+
+static void free_comm(lockstep_mpi_comm_t *c)
+{
+    if (c->node)
+        lockstep_comm_free(c->node);
+    /* after a failure a leader may have an abandoned request on these: keep them */
+    if (!c->broken) {
+        if (c->leaders != MPI_COMM_NULL)
+            MPI_Comm_free(&c->leaders);
+        if (c->node_mpi != MPI_COMM_NULL)
+            MPI_Comm_free(&c->node_mpi);
+        if (c->all != MPI_COMM_NULL)
+            MPI_Comm_free(&c->all);
+    }
+    free(c->node_of);
+    free(c->local_of);
+    free(c->node_first);
+    free(c->node_ranks);
+    free(c->scratch);
+    free(c);
+}
+
+void lockstep_mpi_comm_free(lockstep_mpi_comm_t *c)
+{
+    if (c)
+        free_comm(c);
+}
+
+/* The communicators, the layout of nodes, and each node's lockstep communicator.
+ * Returns 0 or a negative errno; every MPI call here is collective over comm, so all
+ * ranks get this far together. */
+static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_params_t *p)
+{
+    if (MPI_Comm_dup(comm, &c->all) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    MPI_Comm_set_errhandler(c->all, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->all, &c->rank);
+    MPI_Comm_size(c->all, &c->size);
+    MPI_Comm shared;
+    if (MPI_Comm_split_type(c->all, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &shared) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    int srank, ssize;
+    MPI_Comm_rank(shared, &srank);
+    MPI_Comm_size(shared, &ssize);
+    int groups = p->ranks_per_node > 0 ? (ssize + p->ranks_per_node - 1) / p->ranks_per_node : 1;
+    int color = srank % groups; /* dealt round-robin, as a by-node mapping places ranks */
+    int rc = MPI_Comm_split(shared, color, c->rank, &c->node_mpi);
+    MPI_Comm_free(&shared);
+    if (rc != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    MPI_Comm_set_errhandler(c->node_mpi, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->node_mpi, &c->local);
+    MPI_Comm_size(c->node_mpi, &c->local_size);
+    if (MPI_Comm_split(c->all, c->local == 0 ? 0 : MPI_UNDEFINED, c->rank, &c->leaders) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    if (c->leaders != MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(c->leaders, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(c->leaders, &c->node_index);
+    }
+    if (MPI_Bcast(&c->node_index, 1, MPI_INT, 0, c->node_mpi) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+
+    /* where every rank is: (node, local) for each, gathered everywhere */
+    int mine[2] = {c->node_index, c->local}, *both = malloc(sizeof(int) * 2 * (size_t)c->size);
+    c->node_of = malloc(sizeof(int) * (size_t)c->size);
+    c->local_of = malloc(sizeof(int) * (size_t)c->size);
+    if (!both || !c->node_of || !c->local_of) {
+        free(both);
+        return -ENOMEM;
+    }
+    if (MPI_Allgather(mine, 2, MPI_INT, both, 2, MPI_INT, c->all) != MPI_SUCCESS) {
+        free(both);
+        return -LOCKSTEP_EMPI;
+    }
+    c->nodes = 0;
+    for (int r = 0; r < c->size; r++) {
+        c->node_of[r] = both[2 * r];
+        c->local_of[r] = both[2 * r + 1];
+        if (c->node_of[r] + 1 > c->nodes)
+            c->nodes = c->node_of[r] + 1;
+    }
+    free(both);
+    c->node_first = calloc((size_t)c->nodes, sizeof(int));
+    c->node_ranks = calloc((size_t)c->nodes, sizeof(int));
+    if (!c->node_first || !c->node_ranks)
+        return -ENOMEM;
+    for (int r = 0; r < c->size; r++)
+        c->node_ranks[c->node_of[r]]++;
+    for (int n = 1; n < c->nodes; n++)
+        c->node_first[n] = c->node_first[n - 1] + c->node_ranks[n - 1];
+    c->ordered = 1;
+    for (int r = 0; r < c->size; r++)
+        c->ordered &= c->node_first[c->node_of[r]] + c->local_of[r] == r;
+
+    /* the node's lockstep communicator, under a name its leader makes up */
+    lockstep_comm_params_t np = p->node;
+    if (c->local == 0) {
+        static unsigned counter;
+        snprintf(np.job, sizeof np.job, "lsmpi-%ld-%d-%llx-%u", gethostid(), (int)getpid(),
+                 (unsigned long long)lockstep_now_ns(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    }
+    if (MPI_Bcast(np.job, sizeof np.job, MPI_CHAR, 0, c->node_mpi) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    np.rank = c->local;
+    np.size = c->local_size;
+    c->node = lockstep_comm_create(&np);
+    return c->node ? 0 : -errno;
+}
+
+lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_params_t *params)
+{
+    int init = 0;
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init || comm == MPI_COMM_NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    /* agree on the params first, so that a bad value fails every rank at once */
+    lockstep_mpi_params_t p = params ? *params : lockstep_mpi_params_default();
+    int bad = p.ranks_per_node < 0;
+    if (!bad) {
+        lockstep_comm_params_t chk = p.node;
+        snprintf(chk.job, sizeof chk.job, "check");
+        chk.rank = 0;
+        chk.size = 1;
+        bad = lockstep_comm_params_check(&chk, NULL, 0) != 0;
+    }
+    int any_bad = bad;
+    if (MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) {
+        errno = LOCKSTEP_EMPI;
+        return NULL;
+    }
+    if (any_bad) {
+        errno = EINVAL;
+        return NULL;
+    }
+    pthread_once(&g_once, make_ops);
+    lockstep_mpi_comm_t *c = calloc(1, sizeof *c);
+    int rc = g_ready > 0 ? 0 : -LOCKSTEP_EMPI;
+    if (c) {
+        c->all = c->node_mpi = c->leaders = MPI_COMM_NULL;
+        c->timeout_ns = (uint64_t)p.node.timeout_ms * 1000000ull;
+        c->cancel = p.node.cancel;
+        c->cancel_arg = p.node.cancel_arg;
+        if (!rc)
+            rc = setup(c, comm, &p);
+    } else {
+        rc = -ENOMEM;
+    }
+    /* every rank learns whether all succeeded (the worst error wins) */
+    int code = -rc, worst = code;
+    if (MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
+        worst = LOCKSTEP_EMPI;
+    if (worst) {
+        if (c)
+            free_comm(c);
+        errno = worst;
+        return NULL;
+    }
+    return c;
+}
+
+int lockstep_mpi_comm_rank(const lockstep_mpi_comm_t *c) { return c ? c->rank : -EINVAL; }
+int lockstep_mpi_comm_size(const lockstep_mpi_comm_t *c) { return c ? c->size : -EINVAL; }
+int lockstep_mpi_comm_nodes(const lockstep_mpi_comm_t *c) { return c ? c->nodes : -EINVAL; }
+lockstep_comm_t *lockstep_mpi_comm_node(lockstep_mpi_comm_t *c) { return c ? c->node : NULL; }
+
+/* ---- collectives -------------------------------------------------------------------- */
+
+int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
+                           lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    if (count > INT_MAX && lockstep_dtype_size(dtype))
+        return -EINVAL; /* MPI counts are ints */
+    int rc = lockstep_comm_allreduce(c->node, send, recv, count, dtype, op);
+    if (ends_in_node(c, &rc))
+        return rc;
+    if (c->local == 0) {
+        MPI_Request req;
+        MPI_Datatype t = g_type[dtype];
+        if (c->node_index == 0)
+            rc = mpi_wait(c, &req, MPI_Ireduce(MPI_IN_PLACE, recv, (int)count, t, g_op[op], 0, c->leaders, &req));
+        else
+            rc = mpi_wait(c, &req, MPI_Ireduce(recv, NULL, (int)count, t, g_op[op], 0, c->leaders, &req));
+        if (!rc)
+            rc = mpi_wait(c, &req, MPI_Ibcast(recv, (int)count, t, 0, c->leaders, &req));
+    }
+    if ((rc = share_outcome(c, rc)) != 0)
+        return rc;
+    return fail(c, lockstep_comm_broadcast(c->node, recv, count * lockstep_dtype_size(dtype), 0,
+                                           LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+}
+
+int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root)
+{
+    if (!c || root < 0 || (bytes && !buf) || bytes > INT_MAX)
+        return -EINVAL;
+    if (root >= c->size)
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    int rn = c->node_of[root], rc = 0;
+    if (c->node_index == rn)
+        rc = lockstep_comm_broadcast(c->node, buf, bytes, c->local_of[root], LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    if (ends_in_node(c, &rc))
+        return rc;
+    if (c->local == 0) {
+        MPI_Request req;
+        rc = mpi_wait(c, &req, MPI_Ibcast(buf, (int)bytes, MPI_BYTE, rn, c->leaders, &req));
+    }
+    if ((rc = share_outcome(c, rc)) != 0 || c->node_index == rn)
+        return rc;
+    return fail(c, lockstep_comm_broadcast(c->node, buf, bytes, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+}
+
+int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    if (!c || (bytes && (!send || !recv)))
+        return -EINVAL;
+    if (bytes && (bytes > SIZE_MAX / (size_t)c->size || bytes * (size_t)c->size > INT_MAX))
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    char *out = recv;
+    size_t total = bytes * (size_t)c->size;
+    /* my node's block: in place in recv when nodes lie in rank order, else in scratch
+     * (after the whole result, when it needs reordering too) */
+    char *all = out, *block;
+    if (c->ordered) {
+        block = out + (size_t)c->node_first[c->node_index] * bytes;
+    } else {
+        char *s = scratch(c, 2 * total);
+        if (!s && total)
+            return -ENOMEM;
+        all = s;
+        block = s ? s + total : NULL;
+    }
+    int rc = lockstep_comm_allgather(c->node, send, block, bytes, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    if (ends_in_node(c, &rc)) /* (one node is always in rank order) */
+        return rc;
+    if (c->local == 0) {
+        int counts[LOCKSTEP_COMM_MAX_RANKS], displs[LOCKSTEP_COMM_MAX_RANKS];
+        int *cnt = counts, *dsp = displs;
+        if (c->nodes > LOCKSTEP_COMM_MAX_RANKS) {
+            cnt = malloc(sizeof(int) * 2 * (size_t)c->nodes);
+            dsp = cnt ? cnt + c->nodes : NULL;
+        }
+        if (!cnt) {
+            rc = -ENOMEM;
+        } else {
+            for (int n = 0; n < c->nodes; n++) {
+                cnt[n] = (int)((size_t)c->node_ranks[n] * bytes);
+                dsp[n] = (int)((size_t)c->node_first[n] * bytes);
+            }
+            MPI_Request req;
+            rc = mpi_wait(c, &req, MPI_Iallgatherv(c->ordered ? MPI_IN_PLACE : block, cnt[c->node_index], MPI_BYTE,
+                                                   all, cnt, dsp, MPI_BYTE, c->leaders, &req));
+            if (cnt != counts)
+                free(cnt);
+        }
+        if (!rc && !c->ordered && bytes)
+            for (int r = 0; r < c->size; r++)
+                memcpy(out + (size_t)r * bytes, all + (size_t)(c->node_first[c->node_of[r]] + c->local_of[r]) * bytes,
+                       bytes);
+    }
+    if ((rc = share_outcome(c, rc)) != 0)
+        return rc;
+    return fail(c, lockstep_comm_broadcast(c->node, out, total, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+}
+
+int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
+{
+    if (!c)
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    int rc = lockstep_comm_barrier(c->node);
+    if (ends_in_node(c, &rc))
+        return rc;
+    if (c->local == 0) {
+        MPI_Request req;
+        rc = mpi_wait(c, &req, MPI_Ibarrier(c->leaders, &req));
+    }
+    return share_outcome(c, rc);
+}

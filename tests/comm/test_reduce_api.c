@@ -1,0 +1,72 @@
+/* lockstep_reduce: exact values per dtype and op, aliasing, and the refused arguments. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lockstep/comm.h"
+#include "../common/check.h"
+
+int main(void)
+{
+    watchdog(30);
+    enum { n = 37 }; /* a vector body and a tail */
+    float a[n], b[n], out[n];
+    int32_t ia[n], ib[n], iout[n];
+    for (int i = 0; i < n; i++) {
+        a[i] = (float)(i - 18) * 0.5f;
+        b[i] = (float)(7 - i) * 0.25f;
+        ia[i] = i * 1000 - 17000;
+        ib[i] = 5 - i * 3;
+    }
+    a[3] = NAN; /* max/min give a where either side is NaN */
+    b[5] = NAN;
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, out, a, b, n), 0);
+    for (int i = 0; i < n; i++)
+        if (i != 3 && i != 5)
+            CHECK(out[i] == a[i] + b[i]);
+    CHECK(isnan(out[3]) && isnan(out[5]));
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_MAX, out, a, b, n), 0);
+    for (int i = 0; i < n; i++)
+        if (i != 3 && i != 5)
+            CHECK(out[i] == (a[i] > b[i] ? a[i] : b[i]));
+    CHECK(isnan(out[3]) && out[5] == a[5]);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, LOCKSTEP_MIN, iout, ia, ib, n), 0);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(iout[i], ia[i] < ib[i] ? ia[i] : ib[i]);
+
+    /* out may be a or b: in place either way gives the same bits */
+    int32_t x[n], y[n];
+    memcpy(x, ia, sizeof x);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, LOCKSTEP_SUM, x, x, ib, n), 0);
+    memcpy(y, ib, sizeof y);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, LOCKSTEP_SUM, y, ia, y, n), 0);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(x[i], ia[i] + ib[i]);
+        CHECK_EQ(y[i], ia[i] + ib[i]);
+    }
+
+    /* f16 and bf16: computed in f32, rounded once (1 + 2^-11 is a half-way case in f16:
+     * rounds to even, 1.0; bf16 2 + 2^-7 rounds to 2.0) */
+    _Float16 h1 = (_Float16)1.0f, h2 = (_Float16)0.00048828125f, hout; /* 2^-11 */
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F16, LOCKSTEP_SUM, &hout, &h1, &h2, 1), 0);
+    CHECK((float)hout == 1.0f);
+    uint16_t b1 = 0x4000 /* 2.0 */, b2 = 0x3c00 /* 2^-7 */, bout;
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, &bout, &b1, &b2, 1), 0);
+    CHECK_EQ(bout, 0x4000);
+    b2 = 0x3f80; /* 1.0: 2 + 1 = 3 exactly */
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, &bout, &b1, &b2, 1), 0);
+    CHECK_EQ(bout, 0x4040);
+
+    /* refused */
+    CHECK_EQ(lockstep_reduce((lockstep_dtype_t)7, LOCKSTEP_SUM, out, a, b, n), -EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, (lockstep_op_t)3, out, a, b, n), -EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, NULL, a, b, n), -EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, out, a, NULL, n), -EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, a + 1, a, b, n - 1), -EINVAL); /* partial overlap */
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, out, b + 2, a, n - 2), 0);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, b + 2, a, b + 1, n - 2), -EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, NULL, NULL, NULL, 0), 0);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, out, a, b, SIZE_MAX / 2), -EINVAL);
+    return 0;
+}

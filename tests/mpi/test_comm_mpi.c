@@ -1,0 +1,218 @@
+/* lockstep_mpi: collectives across "nodes" (groups of ranks standing in for nodes on
+ * this machine), run under mpiexec. Usage: test_comm_mpi RANKS_PER_NODE EXPECTED_NODES
+ * Every rank checks exact values against a reference computed here, that all ranks
+ * hold the same bits, and the error codes; the last part checks that a leader that
+ * never comes makes every other rank time out instead of hanging in MPI. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lockstep/comm_mpi.h"
+#include "../common/check.h"
+
+static int R, N; /* my rank, ranks */
+
+/* Small integers: sums over up to 8 ranks are exact in every dtype. */
+static int value(int rank, size_t i)
+{
+    return (int)((i * 7 + (size_t)rank * 3) % 11) - 5;
+}
+
+static void store(lockstep_dtype_t dt, void *buf, size_t i, int v)
+{
+    float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    switch (dt) {
+    case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
+    case LOCKSTEP_I32: ((int32_t *)buf)[i] = v; break;
+    case LOCKSTEP_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break; /* exact for small ints */
+    case LOCKSTEP_F16: {
+        _Float16 h = (_Float16)f;
+        memcpy((uint16_t *)buf + i, &h, 2);
+        break;
+    }
+    }
+}
+
+static void check_allreduce(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, size_t count,
+                            int in_place)
+{
+    size_t es = lockstep_dtype_size(dt);
+    char *send = malloc(count * es + 1), *recv = malloc(count * es + 1), *want = malloc(count * es + 1);
+    CHECK(send && recv && want);
+    for (size_t i = 0; i < count; i++) {
+        int acc = value(0, i);
+        for (int r = 1; r < N; r++) {
+            int v = value(r, i);
+            acc = op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+        }
+        store(dt, send, i, value(R, i));
+        store(dt, want, i, acc);
+    }
+    memset(recv, 0x5a, count * es);
+    if (in_place)
+        memcpy(recv, send, count * es);
+    int arc = lockstep_mpi_allreduce(c, in_place ? recv : send, recv, count, dt, op);
+    if (arc) fprintf(stderr, "rank %d: dt %d op %d count %zu ip %d: rc %d\n", R, dt, op, count, in_place, arc);
+    CHECK_EQ(arc, 0);
+    if (count && memcmp(recv, want, count * es) != 0) {
+        fprintf(stderr, "rank %d: allreduce dtype %d op %d count %zu in_place %d: wrong result\n", R, dt, op,
+                count, in_place);
+        exit(1);
+    }
+    free(send);
+    free(recv);
+    free(want);
+}
+
+/* Random f32 and f16 inputs: every rank must hold rank 0's bits. */
+static void check_identical(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, size_t count)
+{
+    size_t es = lockstep_dtype_size(dt);
+    uint16_t *buf = malloc(count * es), *ref = malloc(count * es);
+    CHECK(buf && ref);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(R + 1);
+    for (size_t i = 0; i < count; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        if (dt == LOCKSTEP_F32) {
+            ((float *)(void *)buf)[i] = f;
+        } else {
+            _Float16 h = (_Float16)f;
+            memcpy(buf + i, &h, 2);
+        }
+    }
+    CHECK_EQ(lockstep_mpi_allreduce(c, buf, buf, count, dt, LOCKSTEP_SUM), 0);
+    memcpy(ref, buf, count * es);
+    CHECK_EQ(MPI_Bcast(ref, (int)(count * es), MPI_BYTE, 0, MPI_COMM_WORLD), MPI_SUCCESS);
+    CHECK(memcmp(ref, buf, count * es) == 0);
+    free(buf);
+    free(ref);
+}
+
+static void check_broadcast(lockstep_mpi_comm_t *c, size_t bytes, int root)
+{
+    unsigned char *buf = malloc(bytes + 1);
+    CHECK(buf);
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = R == root ? (unsigned char)(i * 31 + (size_t)root) : 0xee;
+    CHECK_EQ(lockstep_mpi_broadcast(c, buf, bytes, root), 0);
+    for (size_t i = 0; i < bytes; i++)
+        if (buf[i] != (unsigned char)(i * 31 + (size_t)root)) {
+            fprintf(stderr, "rank %d: broadcast %zu B from %d: byte %zu wrong\n", R, bytes, root, i);
+            exit(1);
+        }
+    free(buf);
+}
+
+static void check_allgather(lockstep_mpi_comm_t *c, size_t bytes, int in_place)
+{
+    unsigned char *send = malloc(bytes + 1), *recv = malloc(bytes * (size_t)N + 1);
+    CHECK(send && recv);
+    memset(recv, 0xee, bytes * (size_t)N);
+    unsigned char *mine = in_place ? recv + (size_t)R * bytes : send;
+    for (size_t i = 0; i < bytes; i++)
+        mine[i] = (unsigned char)(i * 13 + (size_t)R * 101);
+    CHECK_EQ(lockstep_mpi_allgather(c, mine, recv, bytes), 0);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < bytes; i++)
+            if (recv[(size_t)r * bytes + i] != (unsigned char)(i * 13 + (size_t)r * 101)) {
+                fprintf(stderr, "rank %d: allgather %zu B: rank %d's byte %zu wrong\n", R, bytes, r, i);
+                exit(1);
+            }
+    free(send);
+    free(recv);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK_EQ(MPI_Init(&argc, &argv), MPI_SUCCESS);
+    watchdog(120);
+    CHECK(argc == 3);
+    int rpn = atoi(argv[1]), want_nodes = atoi(argv[2]);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    MPI_Comm_size(MPI_COMM_WORLD, &N);
+
+    /* bad params fail on every rank, before anything is made */
+    lockstep_mpi_params_t p = lockstep_mpi_params_default();
+    p.ranks_per_node = -1;
+    errno = 0;
+    CHECK(lockstep_mpi_comm_create(MPI_COMM_WORLD, &p) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    p = lockstep_mpi_params_default();
+    p.node.small_bytes = R == N - 1 ? 100 : p.node.small_bytes; /* bad on one rank only */
+    errno = 0;
+    CHECK(lockstep_mpi_comm_create(MPI_COMM_WORLD, &p) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    CHECK(lockstep_mpi_comm_create(MPI_COMM_NULL, NULL) == NULL);
+    CHECK_EQ(errno, EINVAL);
+
+    p = lockstep_mpi_params_default();
+    p.ranks_per_node = rpn;
+    p.node.timeout_ms = 30000;
+    lockstep_mpi_comm_t *c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+    CHECK(c != NULL);
+    CHECK_EQ(lockstep_mpi_comm_rank(c), R);
+    CHECK_EQ(lockstep_mpi_comm_size(c), N);
+    CHECK_EQ(lockstep_mpi_comm_nodes(c), want_nodes);
+    CHECK(lockstep_mpi_comm_node(c) != NULL);
+
+    static const size_t counts[] = {0, 1, 7, 129, 5000, 70000};
+    for (int dt = 0; dt < 4; dt++)
+        for (int op = 0; op < 3; op++)
+            for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
+                for (int ip = 0; ip < 2; ip++)
+                    check_allreduce(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, counts[k], ip);
+    check_identical(c, LOCKSTEP_F32, 100000);
+    check_identical(c, LOCKSTEP_F16, 3001);
+    static const size_t sizes[] = {0, 1, 100, 4096, 300000};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        for (int root = 0; root < N; root++)
+            check_broadcast(c, sizes[k], root);
+        check_allgather(c, sizes[k], 0);
+        check_allgather(c, sizes[k], 1);
+    }
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lockstep_mpi_barrier(c), 0);
+
+    /* bad arguments: -EINVAL, and the communicator still works after them */
+    float f = 1;
+    CHECK_EQ(lockstep_mpi_allreduce(NULL, &f, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, N), -EINVAL);
+    CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allgather(c, NULL, &f, 4), -EINVAL);
+    CHECK_EQ(lockstep_mpi_barrier(NULL), -EINVAL);
+    CHECK_EQ(lockstep_mpi_comm_nodes(NULL), -EINVAL);
+    check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
+    lockstep_mpi_comm_free(c);
+    lockstep_mpi_comm_free(NULL);
+
+    /* A node's leader that never comes: rank 1 (the leader of node 1; nodes are dealt
+     * round-robin, so node k's leader is rank k) skips a barrier. Its node's other
+     * ranks time out waiting for it; the other leaders wait in MPI against the same
+     * deadline, time out instead of hanging, and pass ETIMEDOUT to their nodes. Every
+     * later call fails the same way (the communicator is broken). */
+    p = lockstep_mpi_params_default();
+    p.ranks_per_node = rpn;
+    p.node.timeout_ms = 1000;
+    c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+    CHECK(c != NULL);
+    CHECK_EQ(lockstep_mpi_barrier(c), 0);
+    int nodes = lockstep_mpi_comm_nodes(c), victim = nodes > 1 ? 1 : 0;
+    CHECK_EQ(lockstep_comm_rank(lockstep_mpi_comm_node(c)), R / nodes);
+    if (R != victim) {
+        CHECK_EQ(lockstep_mpi_barrier(c), -ETIMEDOUT);
+        CHECK_EQ(lockstep_mpi_barrier(c), -ETIMEDOUT);
+    }
+    lockstep_mpi_comm_free(c);
+
+    CHECK_EQ(MPI_Finalize(), MPI_SUCCESS);
+    return 0;
+}

@@ -19,6 +19,7 @@ struct lockstep_mpi_comm {
     int rank, size, local, local_size, nodes, node_index;
     int *node_of, *local_of;        /* per rank of all */
     int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
+    int *counts, *displs;           /* per node, for the leaders' allgather: bytes of each */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
     uint64_t timeout_ns;
     int (*cancel)(void *arg);
@@ -160,6 +161,7 @@ static void free_comm(lockstep_mpi_comm_t *c)
     free(c->local_of);
     free(c->node_first);
     free(c->node_ranks);
+    free(c->counts);
     free(c->scratch);
     free(c);
 }
@@ -226,7 +228,9 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
     free(both);
     c->node_first = calloc((size_t)c->nodes, sizeof(int));
     c->node_ranks = calloc((size_t)c->nodes, sizeof(int));
-    if (!c->node_first || !c->node_ranks)
+    c->counts = calloc(2 * (size_t)c->nodes, sizeof(int));
+    c->displs = c->counts ? c->counts + c->nodes : NULL;
+    if (!c->node_first || !c->node_ranks || !c->counts)
         return -ENOMEM;
     for (int r = 0; r < c->size; r++)
         c->node_ranks[c->node_of[r]]++;
@@ -386,25 +390,13 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
     if (ends_in_node(c, &rc)) /* (one node is always in rank order) */
         return rc;
     if (c->local == 0) {
-        int counts[LOCKSTEP_COMM_MAX_RANKS], displs[LOCKSTEP_COMM_MAX_RANKS];
-        int *cnt = counts, *dsp = displs;
-        if (c->nodes > LOCKSTEP_COMM_MAX_RANKS) {
-            cnt = malloc(sizeof(int) * 2 * (size_t)c->nodes);
-            dsp = cnt ? cnt + c->nodes : NULL;
+        for (int n = 0; n < c->nodes; n++) {
+            c->counts[n] = (int)((size_t)c->node_ranks[n] * bytes);
+            c->displs[n] = (int)((size_t)c->node_first[n] * bytes);
         }
-        if (!cnt) {
-            rc = -ENOMEM;
-        } else {
-            for (int n = 0; n < c->nodes; n++) {
-                cnt[n] = (int)((size_t)c->node_ranks[n] * bytes);
-                dsp[n] = (int)((size_t)c->node_first[n] * bytes);
-            }
-            MPI_Request req;
-            rc = mpi_wait(c, &req, MPI_Iallgatherv(c->ordered ? MPI_IN_PLACE : block, cnt[c->node_index], MPI_BYTE,
-                                                   all, cnt, dsp, MPI_BYTE, c->leaders, &req));
-            if (cnt != counts)
-                free(cnt);
-        }
+        MPI_Request req;
+        rc = mpi_wait(c, &req, MPI_Iallgatherv(c->ordered ? MPI_IN_PLACE : block, c->counts[c->node_index], MPI_BYTE,
+                                               all, c->counts, c->displs, MPI_BYTE, c->leaders, &req));
         if (!rc && !c->ordered && bytes)
             for (int r = 0; r < c->size; r++)
                 memcpy(out + (size_t)r * bytes, all + (size_t)(c->node_first[c->node_of[r]] + c->local_of[r]) * bytes,

@@ -7,7 +7,9 @@
  *   allreduce_small_<N>r / allreduce_large_<N>r — lockstep forced to one path (the
  *                                switch point is where these cross)
  *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
- *                                MPI_Allgather, sending the same unchanged buffer every call
+ *                                MPI_Allgather, sending the same unchanged buffer every call;
+ *                                buffer-push: linear push, the buffers in the
+ *                                communicator's shared buffer (zero-copy)
  *   bcast_fresh_<N>r / allgather_fresh_<N>r — the same, linear order, but the senders
  *                                write new data into the buffer before each call (both
  *                                implementations pay that write), as an inference step
@@ -35,6 +37,7 @@ typedef int (*call_fn)(void *ctx, int impl);
 struct ctx {
     lockstep_comm_t *ls[3]; /* auto (with a shared buffer), small-only, large-only */
     float *a, *b, *z;       /* z: ls[0]'s shared buffer */
+    size_t zrecv;           /* where in z the allgather's recv starts (send: at z) */
     size_t bytes;
     int order, xfer, root;
     int rank, fresh;   /* fresh: senders rewrite their buffer before each call */
@@ -77,26 +80,46 @@ static int do_allreduce(void *p, int impl)
     return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
 }
 
+/* impl 0 OpenMPI; 1-2 linear pull/push; 3 linear push on the shared buffer (zero-copy);
+ * 4-9 rotated, random, topology, each pull/push */
+static const char *const x_names[] = {"openmpi",      "linear-pull",  "linear-push",   "buffer-push",  "rotated-pull",
+                                      "rotated-push", "random-pull",  "random-push",   "topology-pull", "topology-push"};
+#define X_FRESH 4 /* fresh data: the linear and buffer rows only */
+
+static void x_impl(const struct ctx *c, int impl, int *order, int *xfer, float **send, float **recv)
+{
+    int in_buf = impl == 3;
+    int k = impl == 3 ? LOCKSTEP_PUSH : impl < 3 ? impl - 1 : impl - 2; /* order * 2 + xfer */
+    *order = k / 2;
+    *xfer = k % 2;
+    *send = in_buf ? c->z : c->a;
+    *recv = in_buf ? c->z + c->zrecv / 4 : c->b;
+}
+
 static int do_bcast(void *p, int impl)
 {
     struct ctx *c = p;
+    int order, xfer;
+    float *buf, *unused;
+    x_impl(c, impl, &order, &xfer, &buf, &unused);
     if (c->fresh && c->rank == c->root)
-        memset(c->a, ++c->gen, c->bytes);
+        memset(buf, ++c->gen, c->bytes);
     if (impl == 0)
-        return MPI_Bcast(c->a, (int)c->bytes, MPI_BYTE, c->root, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
-    impl -= 1;
-    return lockstep_comm_broadcast(c->ls[0], c->a, c->bytes, c->root, impl / 2, impl % 2);
+        return MPI_Bcast(buf, (int)c->bytes, MPI_BYTE, c->root, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    return lockstep_comm_broadcast(c->ls[0], buf, c->bytes, c->root, order, xfer);
 }
 
 static int do_allgather(void *p, int impl)
 {
     struct ctx *c = p;
+    int order, xfer;
+    float *send, *recv;
+    x_impl(c, impl, &order, &xfer, &send, &recv);
     if (c->fresh)
-        memset(c->a, ++c->gen, c->bytes);
+        memset(send, ++c->gen, c->bytes);
     if (impl == 0)
-        return MPI_Allgather(c->a, (int)c->bytes, MPI_BYTE, c->b, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
-    impl -= 1;
-    return lockstep_comm_allgather(c->ls[0], c->a, c->b, c->bytes, impl / 2, impl % 2);
+        return MPI_Allgather(send, (int)c->bytes, MPI_BYTE, recv, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    return lockstep_comm_allgather(c->ls[0], send, recv, c->bytes, order, xfer);
 }
 
 static void emit(int rank, const char *workload, const char *impl, size_t bytes, const double *r, int n)
@@ -152,8 +175,8 @@ int main(int argc, char **argv)
             q.small_bytes = q.allreduce_small_bytes = max_bytes + 4096;
         if (k == 2)
             q.small_bytes = 256;              /* everything but tiny on the large path */
-        if (k == 0)
-            q.buffer_bytes = max_bytes;
+        if (k == 0) /* the allreduce's array; the allgather's send and recv (max_bytes / 4 per rank) */
+            q.buffer_bytes = max_bytes > max_bytes / 4 * (size_t)(size + 1) ? max_bytes : max_bytes / 4 * (size_t)(size + 1);
         c.ls[k] = lockstep_comm_create(&q);
         if (!c.ls[k]) {
             fprintf(stderr, "bench_comm rank %d: lockstep_comm_create: %s\n", rank, lockstep_strerror(-errno));
@@ -161,6 +184,7 @@ int main(int argc, char **argv)
         }
     }
     c.z = lockstep_comm_buffer(c.ls[0], NULL);
+    c.zrecv = max_bytes / 4;
     c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
     c.b = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
     memset(c.a, 0, max_bytes * (size_t)size);
@@ -188,13 +212,11 @@ int main(int argc, char **argv)
             emit(rank, w, ar_names[i], bytes, r[i], REPS);
     }
 
-    static const char *const x_names[] = {"openmpi", "linear-pull", "linear-push", "rotated-pull", "rotated-push",
-                                          "random-pull", "random-push", "topology-pull", "topology-push"};
-    /* unchanged buffers: every order and transfer; fresh data: openmpi, linear-pull, linear-push */
+    /* unchanged buffers: every order and transfer; fresh data: openmpi, linear and buffer */
     for (c.fresh = 0; c.fresh <= 1; c.fresh++)
         for (size_t bytes = 64; bytes <= max_bytes / 4; bytes *= 16) {
             const char *kind = c.fresh ? "_fresh" : "";
-            int nimpl = c.fresh ? 3 : 9;
+            int nimpl = c.fresh ? X_FRESH : (int)(sizeof x_names / sizeof x_names[0]);
             c.bytes = bytes;
             c.root = 0;
             snprintf(w, sizeof w, "bcast%s_%dr", kind, size);

@@ -171,16 +171,22 @@ int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const v
  * each rank reads and writes the message once, against 2-2.5 reads and 2 writes on
  * the copying path (`lockstep bench comm`, lockstep-buffer rows). If only some ranks
  * pass buffers from here, the call takes the copying path everywhere; the result is
- * the same bits either way. NULL with errno EINVAL (no communicator) or ENOENT
- * (params.buffer_bytes was 0). */
+ * the same bits either way.
+ * PUSH broadcasts past params.small_bytes and PUSH allgathers past the small path
+ * run zero-copy too when every receiver's buf (broadcast) or every rank's recv
+ * (allgather) lies in its rank's buffer: the sender copies straight into them, one
+ * copy per receiver. PULL has no zero-copy form (it was no faster).
+ * NULL with errno EINVAL (no communicator) or ENOENT (params.buffer_bytes was 0). */
 void *lockstep_comm_buffer(lockstep_comm_t *comm, size_t *bytes);
 
-/* Copy root's buf (bytes) into every other rank's buf. */
+/* Copy root's buf (bytes) into every other rank's buf. order and xfer are
+ * lockstep_order_t and lockstep_xfer_t; every rank must pass the same xfer (else
+ * -LOCKSTEP_EMISMATCH), the order may differ. */
 int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int root,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 
 /* recv[r * bytes .. (r+1) * bytes) = rank r's send, on every rank. recv holds
- * size * bytes; send may be recv + rank * bytes (in place). */
+ * size * bytes; send may be recv + rank * bytes (in place). xfer as for broadcast. */
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 

@@ -14,6 +14,9 @@ there on every rank skips the copies through shared memory (3-5x faster from 16 
     x = comm.buffer((4096, 1024), numpy.float32)       # or torch.bfloat16: a tensor
     comm.allreduce(x)
 
+Broadcast and allgather with xfer="push" go zero-copy too when the receivers' arrays
+are buffer views (past 256 KiB for broadcast, the small_bytes default).
+
 Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeoutError
 (a rank missed the deadline; also a TimeoutError), MismatchError (ranks called
 different collectives), CommCancelledError (another rank abandoned the call). After one

@@ -51,43 +51,18 @@ static void copy_in(lockstep_comm_t *c, const char *src, size_t n, size_t es, ch
     ls_comm_copy(c, slot + hi * es, src + hi * es, (n - hi) * es);
 }
 
-#define LS_NO_OFFSET UINT64_MAX
-
 /* Below this an all-buffer call still takes the small path: its one synchronisation
  * beats zero-copy's two. 2 ranks: 512 B 0.7 against 0.9 us, 1 KiB 1.2 against 0.9;
  * 4 ranks on 2 CPUs: 1 KiB 3.8 against 3.7, 2 KiB 5.0 against 4.7 (scratch runs,
  * median of 9 batches, both paths interleaved). */
 #define ZERO_COPY_MIN 1024
 
-/* Where a zero-copy call's buffers are: offsets into the rank's own buffer. */
-struct ls_zc_offsets {
-    uint64_t send, recv;
-};
-_Static_assert(sizeof(struct ls_zc_offsets) <= LS_INLINE_BYTES, "offsets ride in the announcement");
-
-/* The offset of [p, p + bytes) in my buffer, or LS_NO_OFFSET if it is not all inside. */
-static uint64_t buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
-{
-    uintptr_t b = (uintptr_t)ls_buf(c, c->rank), q = (uintptr_t)p; /* p may be anywhere */
-    size_t n = c->hdr->buffer_bytes;
-    if (!n || q < b || q - b > n || bytes > n - (q - b))
-        return LS_NO_OFFSET;
-    return (uint64_t)(q - b);
-}
-
-static struct ls_zc_offsets announced_offsets(const lockstep_comm_t *c, int r)
-{
-    struct ls_zc_offsets o;
-    memcpy(&o, ls_ctl(c, r)->ann[c->seq & 1].data, sizeof o);
-    return o;
-}
-
 /* After the announcement: how many ranks passed buffers (the same on every rank). */
 static int zero_copy_ranks(const lockstep_comm_t *c)
 {
     int n = 0;
     for (int k = 0; k < c->size; k++)
-        n += announced_offsets(c, k).send != LS_NO_OFFSET;
+        n += ls_zc_announced(c, k).send != LS_NO_OFFSET;
     return n;
 }
 
@@ -100,7 +75,7 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
     void *out[LOCKSTEP_COMM_MAX_RANKS];
     for (int k = 0; k < N; k++) {
-        struct ls_zc_offsets o = announced_offsets(c, k);
+        struct ls_zc_offsets o = ls_zc_announced(c, k);
         in[k] = ls_buf(c, k) + o.send + lo * es;
         out[k] = ls_buf(c, k) + o.recv + lo * es;
     }
@@ -136,10 +111,10 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     }
 
     struct ls_zc_offsets mine = {LS_NO_OFFSET, LS_NO_OFFSET};
-    if (bytes >= ZERO_COPY_MIN && (mine.recv = buffer_offset(c, recv, bytes)) != LS_NO_OFFSET)
-        mine.send = buffer_offset(c, send, bytes);
+    if (bytes >= ZERO_COPY_MIN && (mine.recv = ls_buffer_offset(c, recv, bytes)) != LS_NO_OFFSET)
+        mine.send = ls_buffer_offset(c, send, bytes);
     int zc_mine = mine.send != LS_NO_OFFSET; /* send alone in the buffer counts as none */
-    memcpy(ls_ctl(c, me)->ann[b].data, &mine, sizeof mine);
+    ls_zc_post(c, mine.send, mine.recv);
 
     /* Small: copy in to small[b]. Large: chunk j goes through chunk slot (first + j) & 1;
      * first avoids the slot peers may still be reading for my last call, and if both

@@ -816,6 +816,30 @@ void *lockstep_comm_buffer(lockstep_comm_t *c, size_t *bytes)
     return ls_buf(c, c->rank);
 }
 
+uint64_t ls_buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
+{
+    uintptr_t b = (uintptr_t)ls_buf(c, c->rank), q = (uintptr_t)p; /* p may be anywhere */
+    size_t n = c->hdr->buffer_bytes;
+    if (!n || q < b || q - b > n || bytes > n - (q - b))
+        return LS_NO_OFFSET;
+    return (uint64_t)(q - b);
+}
+
+/* Safe before announcing call s = seq + 1: ann[s & 1] was last read in call s - 2, and
+ * every rank announced s - 1 after it finished that. */
+void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv)
+{
+    struct ls_zc_offsets o = {send, recv};
+    memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data, &o, sizeof o);
+}
+
+struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r)
+{
+    struct ls_zc_offsets o;
+    memcpy(&o, ls_ctl(c, r)->ann[c->seq & 1].data, sizeof o);
+    return o;
+}
+
 void lockstep_comm_free(lockstep_comm_t *c)
 {
     if (!c)

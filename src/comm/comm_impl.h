@@ -139,6 +139,22 @@ void ls_comm_publish_step(lockstep_comm_t *c, uint32_t t);
 int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline);
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
 
+/* Zero-copy calls (lockstep_comm_buffer): where a call's buffers lie in the rank's own
+ * shared buffer, as offsets into it, posted in the announcement's data (which only the
+ * tiny allreduce uses otherwise) before announcing, and read from any rank's
+ * announcement once every rank has announced. */
+#define LS_NO_OFFSET UINT64_MAX
+struct ls_zc_offsets {
+    uint64_t send, recv;
+};
+_Static_assert(sizeof(struct ls_zc_offsets) <= LS_INLINE_BYTES, "offsets ride in the announcement");
+/* the offset of [p, p + bytes) in my buffer, or LS_NO_OFFSET if it is not all inside */
+uint64_t ls_buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes);
+/* into my next call's announcement */
+void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv);
+/* rank r's, for the call announced last */
+struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
+
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);
 void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also,

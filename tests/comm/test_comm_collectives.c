@@ -112,6 +112,87 @@ static int check_equal(const char *what, const void *got, const void *want, size
 
 static int use_pool; /* argv[2] == "pool": large messages split across 2 threads */
 
+static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 KiB pages */
+{
+    return (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)r * 101 + cs * 7);
+}
+
+/* Broadcast and allgather with buffers in the shared buffer and not, in every mix:
+ * everything in the buffer; only the root's buf; only the receivers' (PUSH's
+ * zero-copy broadcast); only sends, or only recvs (PUSH's zero-copy allgather); odd
+ * ranks in private memory (the copying path). Sizes either side of small_bytes
+ * (256 KiB), at offsets that differ per rank, every root, with copying allreduces in
+ * between, which share the step words and chunk slots. */
+static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
+{
+    static const size_t bsizes[] = {100003, 262144, 262145, 1000003};
+    static const size_t gsizes[] = {1000, 65537, 300007};
+    size_t most = 1000003 + 300007 * (size_t)(size + 1) + 4096;
+    char *priv = malloc(most);
+    int32_t v[3001];
+    CHECK(priv != NULL);
+    unsigned cs = 0;
+    for (int xfer = LOCKSTEP_PULL; xfer <= LOCKSTEP_PUSH; xfer++)
+        for (unsigned si = 0; si < sizeof bsizes / sizeof bsizes[0]; si++)
+            for (int mode = 0; mode < 4; mode++, cs++) { /* 0 all, 1 root, 2 receivers, 3 even ranks */
+                size_t n = bsizes[si];
+                int root = (int)(cs % (unsigned)size);
+                int in_buf = mode == 0 || (mode == 1 && rank == root) || (mode == 2 && rank != root) ||
+                             (mode == 3 && rank % 2 == 0);
+                unsigned char *b = (unsigned char *)(in_buf ? buf + 64 * (size_t)((rank * 7 + si) % 5) + (size_t)(rank % 3)
+                                                            : priv + 1);
+                CHECK(b + n <= (unsigned char *)buf + cap || !in_buf);
+                for (size_t i = 0; i < n; i++)
+                    b[i] = rank == root ? gbyte(i, root, cs) : 0xee; /* stale bytes must go */
+                int rc = lockstep_comm_broadcast(c, b, n, root, LOCKSTEP_ORDER_ROTATED, (lockstep_xfer_t)xfer);
+                if (rc) {
+                    fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d: %s\n", rank, n, xfer, mode, lockstep_strerror(rc));
+                    return 1;
+                }
+                for (size_t i = 0; i < n; i++)
+                    if (b[i] != gbyte(i, root, cs)) {
+                        fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d root %d: byte %zu wrong\n", rank, n,
+                                xfer, mode, root, i);
+                        return 1;
+                    }
+                if (mode == 3) { /* the copying path between: it shares the step words */
+                    for (int i = 0; i < 3001; i++)
+                        v[i] = i + rank;
+                    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 3001, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+                    for (int i = 0; i < 3001; i++)
+                        CHECK_EQ(v[i], size * i + size * (size - 1) / 2);
+                }
+            }
+    for (int xfer = LOCKSTEP_PULL; xfer <= LOCKSTEP_PUSH; xfer++)
+        for (unsigned si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++)
+            for (int mode = 0; mode < 5; mode++, cs++) { /* 0 all, 1 all in place, 2 sends, 3 recvs, 4 even ranks */
+                size_t n = gsizes[si], total = n * (size_t)size;
+                char *base = buf + 64 * (size_t)((rank * 3 + si) % 5) + (size_t)(rank % 3);
+                int send_in = mode <= 2 || (mode == 4 && rank % 2 == 0);
+                int recv_in = mode <= 1 || mode == 3 || (mode == 4 && rank % 2 == 0);
+                unsigned char *recv = (unsigned char *)(recv_in ? base + n : priv + n + 3);
+                unsigned char *send = mode == 1 ? recv + (size_t)rank * n : (unsigned char *)(send_in ? base : priv + 1);
+                CHECK(base + n + total <= buf + cap);
+                memset(recv, 0xcd, total);
+                for (size_t i = 0; i < n; i++)
+                    send[i] = gbyte(i, rank, cs);
+                int rc = lockstep_comm_allgather(c, send, recv, n, LOCKSTEP_ORDER_RANDOM, (lockstep_xfer_t)xfer);
+                if (rc) {
+                    fprintf(stderr, "rank %d: allgather n=%zu xfer=%d mode %d: %s\n", rank, n, xfer, mode, lockstep_strerror(rc));
+                    return 1;
+                }
+                for (int r = 0; r < size; r++)
+                    for (size_t i = 0; i < n; i++)
+                        if (recv[(size_t)r * n + i] != gbyte(i, r, cs)) {
+                            fprintf(stderr, "rank %d: allgather n=%zu xfer=%d mode %d: block %d byte %zu wrong\n", rank,
+                                    n, xfer, mode, r, i);
+                            return 1;
+                        }
+            }
+    free(priv);
+    return 0;
+}
+
 /* Zero-copy allreduces: send and recv in each rank's lockstep_comm_buffer, at offsets
  * that differ per rank, in place and out of place, every dtype and op; then calls where
  * only some ranks pass buffers (the copying path, chunk 0 without an early copy),
@@ -204,6 +285,8 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
     free(want);
     free(mine);
     free(bc);
+
+    bad |= zero_copy_gather(c, rank, size, buf, cap);
 
     /* a communicator without a buffer has none */
     errno = 0;

@@ -179,6 +179,8 @@ static int mismatch_body(int rank, int size, const char *job)
         free(big);
         break;
     }
+    case 7: rc = lockstep_comm_broadcast(c, v, 16, 0, LOCKSTEP_ORDER_LINEAR, odd ? LOCKSTEP_PUSH : LOCKSTEP_PULL); break;
+    case 8: rc = lockstep_comm_allgather(c, v, v + 16, 8, LOCKSTEP_ORDER_LINEAR, odd ? LOCKSTEP_PULL : LOCKSTEP_PUSH); break;
     }
     if (rc != -LOCKSTEP_EMISMATCH) {
         fprintf(stderr, "case %d rank %d: got %s, want mismatch\n", mismatch_case, rank, lockstep_strerror(rc));
@@ -502,7 +504,7 @@ int main(int argc, char **argv)
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
     } else if (strcmp(t, "mismatch") == 0) {
-        for (mismatch_case = 0; mismatch_case <= 6; mismatch_case++) {
+        for (mismatch_case = 0; mismatch_case <= 8; mismatch_case++) {
             harness_job(job, sizeof job, "mismatch");
             if (harness_run(mismatch_body, 2, job, 60, 0) != 0) {
                 fprintf(stderr, "mismatch case %d failed\n", mismatch_case);

@@ -375,16 +375,17 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
     char *out = recv;
     size_t total = bytes * (size_t)c->size;
     /* my node's block: in place in recv when nodes lie in rank order, else in scratch
-     * (after the whole result, when it needs reordering too) */
+     * (on the leader, after the whole result in rank-of-node order, to reorder) */
     char *all = out, *block;
     if (c->ordered) {
         block = out + (size_t)c->node_first[c->node_index] * bytes;
     } else {
-        char *s = scratch(c, 2 * total);
+        size_t gathered = c->local == 0 ? total : 0, mine = (size_t)c->node_ranks[c->node_index] * bytes;
+        char *s = scratch(c, gathered + mine);
         if (!s && total)
             return -ENOMEM;
         all = s;
-        block = s ? s + total : NULL;
+        block = s ? s + gathered : NULL;
     }
     int rc = lockstep_comm_allgather(c->node, send, block, bytes, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc)) /* (one node is always in rank order) */

@@ -96,8 +96,8 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     post_recv(c, xfer, buf, bytes);
     if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
         return rc;
+    uint64_t deadline = ls_comm_deadline(c);
     if (all_posted(c, xfer, root)) {
-        uint64_t deadline = ls_comm_deadline(c);
         uint32_t t = ++c->step;
         if (me == root)
             push_zero_copy(c, buf, bytes, 0, peers, np);
@@ -106,7 +106,6 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         ls_comm_publish_step(c, t); /* the root's says its copies are done */
         return 0;
     }
-    uint64_t deadline = ls_comm_deadline(c);
     size_t piece = c->hdr->chunk_bytes < BCAST_PIECE ? c->hdr->chunk_bytes : BCAST_PIECE;
     size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;
     uint32_t base = c->step;

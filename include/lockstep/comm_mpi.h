@@ -11,9 +11,15 @@
  *              that order) and broadcast it back (MPI_Ibcast); node broadcast.
  *   broadcast  node broadcast in the root's node; leaders MPI_Ibcast; node broadcast
  *              in the other nodes.
- *   allgather  node allgather; leaders MPI_Iallgatherv of the node blocks; node
- *              broadcast of the whole result, in the comm's rank order.
+ *   allgather  node allgather into recv; leaders MPI_Iallgatherv of the node
+ *              blocks, then (when nodes interleave in rank order) reorder them in
+ *              place; node broadcast of the whole result. lockstep allocates
+ *              nothing for it per call.
  *   barrier    node barrier; leaders MPI_Ibarrier; node broadcast of the outcome.
+ *
+ * Between leaders a message larger than params.piece_bytes goes in pieces, one MPI
+ * call each (an allgather's piece k of every block at once), so no size is too large
+ * for an MPI count.
  *
  * After the leaders' step every leader broadcasts its outcome to its node first, so
  * that an MPI failure or timeout on a leader fails the call on its whole node at once
@@ -52,6 +58,10 @@ typedef struct lockstep_mpi_params {
                                     robin by rank (as a by-node mapping places ranks),
                                     each taking the part of a node: runs the
                                     multi-node path on one machine */
+    size_t piece_bytes;          /* the most bytes one MPI call between leaders
+                                    carries: larger messages go in pieces, one
+                                    after the other. 0 (default): INT_MAX, the
+                                    most an MPI count can say; 1 to INT_MAX */
 } lockstep_mpi_params_t;
 
 lockstep_mpi_params_t lockstep_mpi_params_default(void);

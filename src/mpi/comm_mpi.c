@@ -19,14 +19,15 @@ struct lockstep_mpi_comm {
     int rank, size, local, local_size, nodes, node_index;
     int *node_of, *local_of;        /* per rank of all */
     int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
-    int *counts, *displs;           /* per node, for the leaders' allgather: bytes of each */
+    int *counts, *displs;           /* per node, for the leaders' allgather (leaders_allgather) */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
+    unsigned char *cycle_head;      /* per slot, when not ordered: the lowest slot of its
+                                       cycle in the permutation to rank order */
     uint64_t timeout_ns;
+    size_t piece;                   /* params.piece_bytes, INT_MAX for 0 */
     int (*cancel)(void *arg);
     void *cancel_arg;
     int broken;                     /* the first error (negative), 0 while healthy */
-    void *scratch;
-    size_t scratch_bytes;
 };
 
 /* ---- the leaders' reduction: lockstep's kernels as non-commutative MPI ops -------- */
@@ -122,16 +123,31 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
     return fail(c, brc ? brc : v);
 }
 
-static void *scratch(lockstep_mpi_comm_t *c, size_t bytes)
+/* Where rank r's block lies in the leaders' allgather result, which is in node order:
+ * its node's first slot plus its place in the node. */
+static int slot_of(const lockstep_mpi_comm_t *c, int r)
 {
-    if (bytes > c->scratch_bytes) {
-        void *p = realloc(c->scratch, bytes);
-        if (!p)
-            return NULL;
-        c->scratch = p;
-        c->scratch_bytes = bytes;
+    return c->node_first[c->node_of[r]] + c->local_of[r];
+}
+
+/* The leaders' allgather result, from node order to rank order, in place: along each
+ * cycle of the permutation, slot j takes the block from slot_of(j); a piece of the
+ * cycle's first block at a time waits in a buffer on the stack. */
+static void to_rank_order(const lockstep_mpi_comm_t *c, char *out, size_t bytes)
+{
+    unsigned char tmp[4096];
+    for (int h = 0; h < c->size; h++) {
+        if (c->cycle_head[h] != 1 || slot_of(c, h) == h)
+            continue;
+        for (size_t o = 0; o < bytes; o += sizeof tmp) {
+            size_t n = bytes - o < sizeof tmp ? bytes - o : sizeof tmp;
+            memcpy(tmp, out + (size_t)h * bytes + o, n);
+            int j = h;
+            for (int k = slot_of(c, j); k != h; j = k, k = slot_of(c, j))
+                memcpy(out + (size_t)j * bytes + o, out + (size_t)k * bytes + o, n);
+            memcpy(out + (size_t)j * bytes + o, tmp, n);
+        }
     }
-    return c->scratch;
 }
 
 /* ---- create / free ------------------------------------------------------------------ */
@@ -162,7 +178,7 @@ static void free_comm(lockstep_mpi_comm_t *c)
     free(c->node_first);
     free(c->node_ranks);
     free(c->counts);
-    free(c->scratch);
+    free(c->cycle_head);
     free(c);
 }
 
@@ -238,7 +254,14 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
         c->node_first[n] = c->node_first[n - 1] + c->node_ranks[n - 1];
     c->ordered = 1;
     for (int r = 0; r < c->size; r++)
-        c->ordered &= c->node_first[c->node_of[r]] + c->local_of[r] == r;
+        c->ordered &= slot_of(c, r) == r;
+    if (!c->ordered) { /* mark the first slot of each cycle (1; the rest of it 2) */
+        if (!(c->cycle_head = calloc((size_t)c->size, 1)))
+            return -ENOMEM;
+        for (int r = 0; r < c->size; r++)
+            for (int j = r, mark = 1; !c->cycle_head[j]; j = slot_of(c, j), mark = 2)
+                c->cycle_head[j] = (unsigned char)mark;
+    }
 
     /* the node's lockstep communicator, under a name its leader makes up */
     lockstep_comm_params_t np = p->node;
@@ -264,7 +287,7 @@ lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_
     }
     /* agree on the params first, so that a bad value fails every rank at once */
     lockstep_mpi_params_t p = params ? *params : lockstep_mpi_params_default();
-    int bad = p.ranks_per_node < 0;
+    int bad = p.ranks_per_node < 0 || p.piece_bytes > INT_MAX;
     if (!bad) {
         lockstep_comm_params_t chk = p.node;
         snprintf(chk.job, sizeof chk.job, "check");
@@ -287,6 +310,7 @@ lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_
     if (c) {
         c->all = c->node_mpi = c->leaders = MPI_COMM_NULL;
         c->timeout_ns = (uint64_t)p.node.timeout_ms * 1000000ull;
+        c->piece = p.piece_bytes ? p.piece_bytes : INT_MAX;
         c->cancel = p.node.cancel;
         c->cancel_arg = p.node.cancel_arg;
         if (!rc)
@@ -321,20 +345,23 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
         return -EINVAL;
     if (c->broken)
         return c->broken;
-    if (count > INT_MAX && lockstep_dtype_size(dtype))
-        return -EINVAL; /* MPI counts are ints */
     int rc = lockstep_comm_allreduce(c->node, send, recv, count, dtype, op);
     if (ends_in_node(c, &rc))
         return rc;
     if (c->local == 0) {
-        MPI_Request req;
+        size_t es = lockstep_dtype_size(dtype), per = c->piece / es ? c->piece / es : 1;
         MPI_Datatype t = g_type[dtype];
-        if (c->node_index == 0)
-            rc = mpi_wait(c, &req, MPI_Ireduce(MPI_IN_PLACE, recv, (int)count, t, g_op[op], 0, c->leaders, &req));
-        else
-            rc = mpi_wait(c, &req, MPI_Ireduce(recv, NULL, (int)count, t, g_op[op], 0, c->leaders, &req));
-        if (!rc)
-            rc = mpi_wait(c, &req, MPI_Ibcast(recv, (int)count, t, 0, c->leaders, &req));
+        for (size_t off = 0; off < count && !rc; off += per) {
+            int n = (int)(count - off < per ? count - off : per);
+            char *at = (char *)recv + off * es;
+            MPI_Request req;
+            if (c->node_index == 0)
+                rc = mpi_wait(c, &req, MPI_Ireduce(MPI_IN_PLACE, at, n, t, g_op[op], 0, c->leaders, &req));
+            else
+                rc = mpi_wait(c, &req, MPI_Ireduce(at, NULL, n, t, g_op[op], 0, c->leaders, &req));
+            if (!rc)
+                rc = mpi_wait(c, &req, MPI_Ibcast(at, n, t, 0, c->leaders, &req));
+        }
     }
     if ((rc = share_outcome(c, rc)) != 0)
         return rc;
@@ -344,7 +371,7 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
 
 int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root)
 {
-    if (!c || root < 0 || (bytes && !buf) || bytes > INT_MAX)
+    if (!c || root < 0 || (bytes && !buf))
         return -EINVAL;
     if (root >= c->size)
         return -EINVAL;
@@ -355,53 +382,79 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
         rc = lockstep_comm_broadcast(c->node, buf, bytes, c->local_of[root], LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc))
         return rc;
-    if (c->local == 0) {
+    for (size_t off = 0; c->local == 0 && off < bytes && !rc; off += c->piece) {
         MPI_Request req;
-        rc = mpi_wait(c, &req, MPI_Ibcast(buf, (int)bytes, MPI_BYTE, rn, c->leaders, &req));
+        int n = (int)(bytes - off < c->piece ? bytes - off : c->piece);
+        rc = mpi_wait(c, &req, MPI_Ibcast((char *)buf + off, n, MPI_BYTE, rn, c->leaders, &req));
     }
     if ((rc = share_outcome(c, rc)) != 0 || c->node_index == rn)
         return rc;
     return fail(c, lockstep_comm_broadcast(c->node, buf, bytes, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
 }
 
+/* The leaders' allgather of the node blocks into out, in node order, each leader's
+ * already in its place. In one MPI call (counts in bytes) when the whole result fits
+ * a piece; else in rounds, round k moving piece k of every rank's block, described by
+ * a type of one piece whose extent is a whole block (counts and places in blocks). */
+static int leaders_allgather(lockstep_mpi_comm_t *c, char *out, size_t bytes)
+{
+    MPI_Request req;
+    if (bytes * (size_t)c->size <= c->piece) {
+        for (int n = 0; n < c->nodes; n++) {
+            c->counts[n] = (int)((size_t)c->node_ranks[n] * bytes);
+            c->displs[n] = (int)((size_t)c->node_first[n] * bytes);
+        }
+        return mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, c->counts, c->displs,
+                                                 MPI_BYTE, c->leaders, &req));
+    }
+    memcpy(c->counts, c->node_ranks, sizeof(int) * (size_t)c->nodes);
+    memcpy(c->displs, c->node_first, sizeof(int) * (size_t)c->nodes);
+    for (size_t off = 0; off < bytes; off += c->piece) {
+        MPI_Datatype one, piece;
+        if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
+            return -LOCKSTEP_EMPI;
+        int ok = MPI_Type_create_resized(one, 0, (MPI_Aint)bytes, &piece) == MPI_SUCCESS;
+        MPI_Type_free(&one);
+        if (ok && MPI_Type_commit(&piece) != MPI_SUCCESS) {
+            MPI_Type_free(&piece);
+            ok = 0;
+        }
+        if (!ok)
+            return -LOCKSTEP_EMPI;
+        int rc = mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + off, c->counts,
+                                                   c->displs, piece, c->leaders, &req));
+        MPI_Type_free(&piece); /* (a pending call keeps its own reference) */
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
 {
     if (!c || (bytes && (!send || !recv)))
         return -EINVAL;
-    if (bytes && (bytes > SIZE_MAX / (size_t)c->size || bytes * (size_t)c->size > INT_MAX))
+    if (bytes > SIZE_MAX / (size_t)c->size)
         return -EINVAL;
     if (c->broken)
         return c->broken;
     char *out = recv;
     size_t total = bytes * (size_t)c->size;
-    /* my node's block: in place in recv when nodes lie in rank order, else in scratch
-     * (on the leader, after the whole result in rank-of-node order, to reorder) */
-    char *all = out, *block;
-    if (c->ordered) {
-        block = out + (size_t)c->node_first[c->node_index] * bytes;
-    } else {
-        size_t gathered = c->local == 0 ? total : 0, mine = (size_t)c->node_ranks[c->node_index] * bytes;
-        char *s = scratch(c, gathered + mine);
-        if (!s && total)
-            return -ENOMEM;
-        all = s;
-        block = s ? s + gathered : NULL;
-    }
+    /* My node's block goes to recv from slot rank - local on, so that my own block is
+     * at recv + rank * bytes (where send may already be), and the node's block fits in
+     * recv: it holds local ranks below mine and node_ranks - local - 1 above. When
+     * nodes lie in rank order that is also the block's place in the result. */
+    char *block = bytes ? out + (size_t)(c->rank - c->local) * bytes : out;
     int rc = lockstep_comm_allgather(c->node, send, block, bytes, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc)) /* (one node is always in rank order) */
         return rc;
     if (c->local == 0) {
-        for (int n = 0; n < c->nodes; n++) {
-            c->counts[n] = (int)((size_t)c->node_ranks[n] * bytes);
-            c->displs[n] = (int)((size_t)c->node_first[n] * bytes);
-        }
-        MPI_Request req;
-        rc = mpi_wait(c, &req, MPI_Iallgatherv(c->ordered ? MPI_IN_PLACE : block, c->counts[c->node_index], MPI_BYTE,
-                                               all, c->counts, c->displs, MPI_BYTE, c->leaders, &req));
+        if (bytes && !c->ordered) /* to the block's place in node order */
+            memmove(out + (size_t)c->node_first[c->node_index] * bytes, block,
+                    (size_t)c->node_ranks[c->node_index] * bytes);
+        rc = leaders_allgather(c, out, bytes);
         if (!rc && !c->ordered && bytes)
-            for (int r = 0; r < c->size; r++)
-                memcpy(out + (size_t)r * bytes, all + (size_t)(c->node_first[c->node_of[r]] + c->local_of[r]) * bytes,
-                       bytes);
+            to_rank_order(c, out, bytes);
     }
     if ((rc = share_outcome(c, rc)) != 0)
         return rc;

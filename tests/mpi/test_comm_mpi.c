@@ -4,6 +4,7 @@
  * hold the same bits, and the error codes; the last part checks that a leader that
  * never comes makes every other rank time out instead of hanging in MPI. */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,28 @@ static void check_allgather(lockstep_mpi_comm_t *c, size_t bytes, int in_place)
     free(recv);
 }
 
+/* Every collective, at counts and sizes up to most. */
+static void check_all(lockstep_mpi_comm_t *c, size_t most)
+{
+    static const size_t counts[] = {0, 1, 7, 129, 5000, 70000};
+    for (int dt = 0; dt < 4; dt++)
+        for (int op = 0; op < 3; op++)
+            for (size_t k = 0; k < sizeof counts / sizeof *counts && counts[k] <= most; k++)
+                for (int ip = 0; ip < 2; ip++)
+                    check_allreduce(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, counts[k], ip);
+    check_identical(c, LOCKSTEP_F32, most < 100000 ? most : 100000);
+    check_identical(c, LOCKSTEP_F16, most < 3001 ? most : 3001);
+    static const size_t sizes[] = {0, 1, 100, 4096, 300000};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes && sizes[k] <= most; k++) {
+        for (int root = 0; root < N; root++)
+            check_broadcast(c, sizes[k], root);
+        check_allgather(c, sizes[k], 0);
+        check_allgather(c, sizes[k], 1);
+    }
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lockstep_mpi_barrier(c), 0);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_EQ(MPI_Init(&argc, &argv), MPI_SUCCESS);
@@ -162,23 +185,7 @@ int main(int argc, char **argv)
     CHECK_EQ(lockstep_mpi_comm_nodes(c), want_nodes);
     CHECK(lockstep_mpi_comm_node(c) != NULL);
 
-    static const size_t counts[] = {0, 1, 7, 129, 5000, 70000};
-    for (int dt = 0; dt < 4; dt++)
-        for (int op = 0; op < 3; op++)
-            for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
-                for (int ip = 0; ip < 2; ip++)
-                    check_allreduce(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, counts[k], ip);
-    check_identical(c, LOCKSTEP_F32, 100000);
-    check_identical(c, LOCKSTEP_F16, 3001);
-    static const size_t sizes[] = {0, 1, 100, 4096, 300000};
-    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
-        for (int root = 0; root < N; root++)
-            check_broadcast(c, sizes[k], root);
-        check_allgather(c, sizes[k], 0);
-        check_allgather(c, sizes[k], 1);
-    }
-    for (int i = 0; i < 5; i++)
-        CHECK_EQ(lockstep_mpi_barrier(c), 0);
+    check_all(c, SIZE_MAX);
 
     /* bad arguments: -EINVAL, and the communicator still works after them */
     float f = 1;
@@ -193,6 +200,23 @@ int main(int argc, char **argv)
     check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
     lockstep_mpi_comm_free(c);
     lockstep_mpi_comm_free(NULL);
+
+    /* Pieces: messages larger than piece_bytes go between leaders in several MPI
+     * calls (past INT_MAX bytes by default; 1000 here, and 3 to cut elements apart).
+     * The allgathers past a piece move one piece of every block per call. */
+    static const size_t pieces[] = {1000, 3}, most[] = {SIZE_MAX, 129};
+    for (size_t k = 0; k < sizeof pieces / sizeof *pieces; k++) {
+        p.piece_bytes = pieces[k];
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        check_all(c, most[k]);
+        lockstep_mpi_comm_free(c);
+    }
+    p.piece_bytes = (size_t)INT_MAX + 1;
+    errno = 0;
+    CHECK(lockstep_mpi_comm_create(MPI_COMM_WORLD, &p) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    p.piece_bytes = 0;
 
     /* A node's leader that never comes: rank 1 (the leader of node 1; nodes are dealt
      * round-robin, so node k's leader is rank k) skips a barrier. Its node's other

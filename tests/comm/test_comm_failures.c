@@ -13,6 +13,22 @@
 
 static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
+static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather */
+
+static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
+{
+    size_t bytes = kill_count * sizeof(float);
+    switch (kill_call) {
+    case 1: return lockstep_comm_broadcast(c, buf, bytes, it % size, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
+    case 2: {
+        size_t block = bytes / (size_t)size;
+        int me = lockstep_comm_rank(c);
+        return lockstep_comm_allgather(c, (char *)buf + (size_t)me * block, buf, block, LOCKSTEP_ORDER_LINEAR,
+                                       LOCKSTEP_PUSH);
+    }
+    default: return lockstep_comm_allreduce(c, buf, buf, kill_count, LOCKSTEP_F32, LOCKSTEP_SUM);
+    }
+}
 
 static int kill_body(int rank, int size, const char *job)
 {
@@ -28,7 +44,7 @@ static int kill_body(int rank, int size, const char *job)
     for (int it = 0;; it++) {
         if (rank == 0 && it == 5) /* kill rank 2 while everyone is inside calls */
             kill((pid_t)__atomic_load_n(&page->value[2][0], __ATOMIC_ACQUIRE), SIGKILL);
-        int rc = lockstep_comm_allreduce(c, buf, buf, kill_count, LOCKSTEP_F32, LOCKSTEP_SUM);
+        int rc = kill_one_call(c, buf, it, size);
         if (rc == 0)
             continue;
         page->value[rank][1] = rc;
@@ -46,12 +62,13 @@ static int kill_body(int rank, int size, const char *job)
     return 0;
 }
 
-static void test_peer_death(size_t count, int in_buffer)
+static void test_peer_death(size_t count, int in_buffer, int call)
 {
     char job[96];
     harness_job(job, sizeof job, "kill");
     kill_count = count;
     kill_in_buffer = in_buffer;
+    kill_call = call;
     CHECK_EQ(harness_run(kill_body, 3, job, 60, 1u << 2), 0);
     CHECK_EQ(shm_entries_with(job), 0);
 }
@@ -496,9 +513,11 @@ int main(int argc, char **argv)
     const char *t = argc > 1 ? argv[1] : "";
     char job[96];
     if (strcmp(t, "peer_death") == 0) {
-        test_peer_death(1000, 0);     /* small messages */
-        test_peer_death(1u << 21, 0); /* 8 MiB: killed between chunk steps */
-        test_peer_death(1u << 21, 1); /* 8 MiB, zero-copy */
+        test_peer_death(1000, 0, 0);     /* small messages */
+        test_peer_death(1u << 21, 0, 0); /* 8 MiB: killed between chunk steps */
+        test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
+        test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */
+        test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);

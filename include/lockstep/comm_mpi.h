@@ -27,7 +27,8 @@
  * results; an f16 or bf16 allreduce is rounded once per node and once more between
  * nodes. Errors: those of lockstep/comm.h, and -LOCKSTEP_EMPI when an MPI call
  * returns an error (the MPI communicators here are set to return errors, not abort).
- * What MPI cannot give: mismatched calls are detected inside each node only, and a
+ * What MPI cannot give: mismatched calls are detected inside each node only (unless
+ * params.check_calls, at one more small MPI allreduce per call), and a
  * node whose leader never reaches MPI makes the other leaders wait out their deadline
  * (-ETIMEDOUT); the pending MPI request is then abandoned, and the communicator is
  * broken (free it; later calls return the same error).
@@ -62,6 +63,13 @@ typedef struct lockstep_mpi_params {
                                     carries: larger messages go in pieces, one
                                     after the other. 0 (default): INT_MAX, the
                                     most an MPI count can say; 1 to INT_MAX */
+    int check_calls;             /* nonzero: before any data moves between nodes, the
+                                    leaders compare the call (which collective, op,
+                                    dtype, root, count) in one small MPI allreduce,
+                                    so calls that differ between nodes fail with
+                                    -LOCKSTEP_EMISMATCH on every rank instead of
+                                    being undefined in MPI. 0 (default): compared
+                                    inside each node only */
 } lockstep_mpi_params_t;
 
 lockstep_mpi_params_t lockstep_mpi_params_default(void);

@@ -25,6 +25,7 @@ struct lockstep_mpi_comm {
                                        cycle in the permutation to rank order */
     uint64_t timeout_ns;
     size_t piece;                   /* params.piece_bytes, INT_MAX for 0 */
+    int check_calls;                /* params.check_calls */
     int (*cancel)(void *arg);
     void *cancel_arg;
     int broken;                     /* the first error (negative), 0 while healthy */
@@ -121,6 +122,27 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
     int32_t v = rc;
     int brc = lockstep_comm_broadcast(c->node, &v, sizeof v, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     return fail(c, brc ? brc : v);
+}
+
+/* params.check_calls, on a leader: 0 when every leader names the same call, else
+ * -LOCKSTEP_EMISMATCH. One MPI_MAX allreduce of each field and of its negation gives
+ * every field's largest and smallest value at once. */
+enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER };
+
+static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, int root, size_t count)
+{
+    if (!c->check_calls)
+        return 0;
+    enum { F = 5 };
+    int64_t v[2 * F] = {call, op, dtype, root, (int64_t)count}, got[2 * F];
+    for (int k = 0; k < F; k++)
+        v[F + k] = -v[k];
+    MPI_Request req;
+    int rc = mpi_wait(c, &req, MPI_Iallreduce(v, got, 2 * F, MPI_INT64_T, MPI_MAX, c->leaders, &req));
+    for (int k = 0; k < F && !rc; k++)
+        if (got[k] != -got[F + k])
+            rc = -LOCKSTEP_EMISMATCH;
+    return rc;
 }
 
 /* Where rank r's block lies in the leaders' allgather result, which is in node order:
@@ -311,6 +333,7 @@ lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_
         c->all = c->node_mpi = c->leaders = MPI_COMM_NULL;
         c->timeout_ns = (uint64_t)p.node.timeout_ms * 1000000ull;
         c->piece = p.piece_bytes ? p.piece_bytes : INT_MAX;
+        c->check_calls = p.check_calls != 0;
         c->cancel = p.node.cancel;
         c->cancel_arg = p.node.cancel_arg;
         if (!rc)
@@ -348,7 +371,7 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
     int rc = lockstep_comm_allreduce(c->node, send, recv, count, dtype, op);
     if (ends_in_node(c, &rc))
         return rc;
-    if (c->local == 0) {
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLREDUCE, op, dtype, 0, count)) == 0) {
         size_t es = lockstep_dtype_size(dtype), per = c->piece / es ? c->piece / es : 1;
         MPI_Datatype t = g_type[dtype];
         for (size_t off = 0; off < count && !rc; off += per) {
@@ -382,6 +405,8 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
         rc = lockstep_comm_broadcast(c->node, buf, bytes, c->local_of[root], LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc))
         return rc;
+    if (c->local == 0)
+        rc = leaders_agree(c, CALL_BROADCAST, 0, 0, root, bytes);
     for (size_t off = 0; c->local == 0 && off < bytes && !rc; off += c->piece) {
         MPI_Request req;
         int n = (int)(bytes - off < c->piece ? bytes - off : c->piece);
@@ -452,7 +477,8 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
         if (bytes && !c->ordered) /* to the block's place in node order */
             memmove(out + (size_t)c->node_first[c->node_index] * bytes, block,
                     (size_t)c->node_ranks[c->node_index] * bytes);
-        rc = leaders_allgather(c, out, bytes);
+        if ((rc = leaders_agree(c, CALL_ALLGATHER, 0, 0, 0, bytes)) == 0)
+            rc = leaders_allgather(c, out, bytes);
         if (!rc && !c->ordered && bytes)
             to_rank_order(c, out, bytes);
     }
@@ -470,7 +496,9 @@ int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
     int rc = lockstep_comm_barrier(c->node);
     if (ends_in_node(c, &rc))
         return rc;
-    if (c->local == 0) {
+    if (c->local == 0 && c->check_calls) {
+        rc = leaders_agree(c, CALL_BARRIER, 0, 0, 0, 0); /* (an allreduce is a barrier too) */
+    } else if (c->local == 0) {
         MPI_Request req;
         rc = mpi_wait(c, &req, MPI_Ibarrier(c->leaders, &req));
     }

@@ -218,6 +218,34 @@ int main(int argc, char **argv)
     CHECK_EQ(errno, EINVAL);
     p.piece_bytes = 0;
 
+    /* check_calls: matching calls work as before; calls that differ between nodes
+     * (every rank of node 1 names another count, op, root or collective) fail with
+     * EMISMATCH on every rank, and the communicator stays broken */
+    p.check_calls = 1;
+    c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+    CHECK(c != NULL);
+    check_all(c, 5000);
+    lockstep_mpi_comm_free(c);
+    for (int k = 0; k < 4 && want_nodes > 1; k++) {
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        int odd = R % want_nodes == 1; /* node 1 (nodes are dealt round-robin) */
+        float v[64] = {0};
+        int rc = 0;
+        switch (k) {
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MAX : LOCKSTEP_SUM); break;
+        case 2: rc = lockstep_mpi_broadcast(c, v, 8, odd ? 1 : 0); break;
+        case 3: rc = odd ? lockstep_mpi_barrier(c) : lockstep_mpi_allgather(c, v, v + 8, 4); break;
+        }
+        if (rc != -LOCKSTEP_EMISMATCH)
+            fprintf(stderr, "rank %d: check_calls case %d: got %s, want mismatch\n", R, k, lockstep_strerror(rc));
+        CHECK_EQ(rc, -LOCKSTEP_EMISMATCH);
+        CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
+        lockstep_mpi_comm_free(c);
+    }
+    p.check_calls = 0;
+
     /* A node's leader that never comes: rank 1 (the leader of node 1; nodes are dealt
      * round-robin, so node k's leader is rank k) skips a barrier. Its node's other
      * ranks time out waiting for it; the other leaders wait in MPI against the same

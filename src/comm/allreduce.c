@@ -36,12 +36,6 @@
 
 #include "comm_impl.h"
 
-static int overlap(const void *a, const void *b, size_t n)
-{
-    const char *x = a, *y = b;
-    return n && x < y + n && y < x + n;
-}
-
 /* Copy the parts of an n-element chunk that the others reduce into my slot; mine is
  * read straight from send. */
 static void copy_in(lockstep_comm_t *c, const char *src, size_t n, size_t es, char *slot)
@@ -92,7 +86,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
         count > SIZE_MAX / es)
         return -EINVAL;
     size_t bytes = count * es;
-    if (send != recv && overlap(send, recv, bytes))
+    if (send != recv && ls_overlap(send, recv, bytes))
         return -EINVAL;
     int N = c->size, me = c->rank, rc;
     const void *in[LOCKSTEP_COMM_MAX_RANKS];

@@ -124,6 +124,13 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
     return c->base + c->hdr->off_buf + (size_t)r * c->hdr->buffer_bytes;
 }
 
+/* 1 when [a, a + n) and [b, b + n) share a byte */
+static inline int ls_overlap(const void *a, const void *b, size_t n)
+{
+    const char *x = a, *y = b;
+    return n && x < y + n && y < x + n;
+}
+
 /* comm.c */
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);

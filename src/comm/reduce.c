@@ -305,12 +305,8 @@ int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const v
     if (!es || (unsigned)op > LOCKSTEP_MIN || count > SIZE_MAX / es || (count && (!out || !a || !b)))
         return -EINVAL;
     size_t n = count * es;
-    const char *o = out;
-    for (int k = 0; k < 2; k++) {
-        const char *in = k ? b : a;
-        if (n && in != o && o < in + n && in < o + n)
-            return -EINVAL; /* partial overlap */
-    }
+    if ((a != out && ls_overlap(a, out, n)) || (b != out && ls_overlap(b, out, n)))
+        return -EINVAL; /* partial overlap */
     const void *in[2] = {a, b};
     ls_reduce(dtype, op, out, NULL, 0, in, 2, count);
     return 0;

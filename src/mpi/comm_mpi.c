@@ -19,7 +19,7 @@ struct lockstep_mpi_comm {
     int rank, size, local, local_size, nodes, node_index;
     int *node_of, *local_of;        /* per rank of all */
     int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
-    int *counts, *displs;           /* per node, for the leaders' allgather (leaders_allgather) */
+    int *counts, *displs;           /* per node, bytes, for the leaders' allgather in one call */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
     unsigned char *cycle_head;      /* per slot, when not ordered: the lowest slot of its
                                        cycle in the permutation to rank order */
@@ -432,8 +432,6 @@ static int leaders_allgather(lockstep_mpi_comm_t *c, char *out, size_t bytes)
         return mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, c->counts, c->displs,
                                                  MPI_BYTE, c->leaders, &req));
     }
-    memcpy(c->counts, c->node_ranks, sizeof(int) * (size_t)c->nodes);
-    memcpy(c->displs, c->node_first, sizeof(int) * (size_t)c->nodes);
     for (size_t off = 0; off < bytes; off += c->piece) {
         MPI_Datatype one, piece;
         if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
@@ -446,8 +444,8 @@ static int leaders_allgather(lockstep_mpi_comm_t *c, char *out, size_t bytes)
         }
         if (!ok)
             return -LOCKSTEP_EMPI;
-        int rc = mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + off, c->counts,
-                                                   c->displs, piece, c->leaders, &req));
+        int rc = mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + off, c->node_ranks,
+                                                   c->node_first, piece, c->leaders, &req));
         MPI_Type_free(&piece); /* (a pending call keeps its own reference) */
         if (rc)
             return rc;

@@ -82,7 +82,7 @@ typedef struct lockstep_comm_params {
                                             them, and the others take its choice */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
-                                            allreduce uses at most 256 KiB of it per step */
+                                            allreduce uses at most 512 KiB of it per step */
     lockstep_pool_t *pool;               /* optional, not owned: large allreduces' and
                                             allgathers' copies and reductions are split
                                             across its threads (each element is still

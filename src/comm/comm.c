@@ -30,7 +30,7 @@
 
 #include "comm_impl.h"
 
-#define OVERSUBSCRIBED_STEP ((size_t)256 * 1024)
+#define OVERSUBSCRIBED_STEP ((size_t)512 * 1024)
 /* allreduce_small_bytes = 0: the switch rank 0 picks (measured: see params_default) */
 #define AUTO_SMALL_FITS ((size_t)512)
 #define AUTO_SMALL_OVERSUBSCRIBED ((size_t)8 * 1024)
@@ -683,10 +683,14 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.off_buf = want.off_data + (size_t)p->size * want.data_stride;
     want.total = want.off_buf + (size_t)p->size * want.buffer_bytes;
     /* Ranks outnumbering CPUs take turns on a core, so both ranks' working sets of a
-     * step share its L2. 4 ranks on 2 cores, f32 sum: 256 KiB steps were about 20 %
-     * faster than 1 MiB at 4 MiB (2 rounds of 3) and 7-10 % at 16 MiB; 128 KiB was no
-     * better, 64 KiB worse. 2 ranks on 2 cores did best with 1 MiB. Rank 0 decides, for
-     * everyone, since ranks may see different CPU counts (affinity). */
+     * step share its caches. 4 ranks on 2 cores, f32 sum: on the first machine 256 KiB
+     * steps were about 20 % faster than 1 MiB at 4 MiB (2 rounds of 3) and 7-10 % at
+     * 16 MiB; 128 KiB was no better, 64 KiB worse. On AMD EPYC (2 vCPUs; steps
+     * alternated in the same session, medians of 6-8 runs) 512 KiB beat 256 KiB at
+     * 1 MiB (165-167 against 173-178 us) and 16 MiB (4140-4178 against 4340-4382 us)
+     * and tied at 4 MiB; 384 KiB (190 us at 1 MiB) and 768 KiB were worse, 1 MiB much
+     * worse from 4 MiB (2087 against 773 us). 2 ranks on 2 cores did best with 1 MiB.
+     * Rank 0 decides, for everyone, since ranks may see different CPU counts (affinity). */
     want.step_bytes = p->chunk_bytes;
     if (oversubscribed && want.step_bytes > OVERSUBSCRIBED_STEP)
         want.step_bytes = OVERSUBSCRIBED_STEP;

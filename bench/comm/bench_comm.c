@@ -4,8 +4,22 @@
  *   allreduce_<N>r            — f32 sum, lockstep (auto switch) vs MPI_Allreduce; and
  *                                lockstep-buffer: the same call on an array in the
  *                                communicator's shared buffer (zero-copy)
- *   allreduce_small_<N>r / allreduce_large_<N>r — lockstep forced to one path (the
- *                                switch point is where these cross)
+ *                                and lockstep-mpi: lockstep_mpi_allreduce (comm_mpi.h)
+ *                                on this one node, which is the node's lockstep_comm
+ *                                plus lockstep_mpi's own cost
+ *   allreduce_paths_<N>r         — lockstep forced to one path (the switch point is
+ *                                where these cross)
+ *   allreduce_mpi_2nodes_<N>r    — lockstep_mpi with the ranks dealt into two emulated
+ *                                nodes (ranks_per_node = N / 2): node allreduce,
+ *                                leaders' MPI_Ireduce + MPI_Ibcast, node broadcast;
+ *                                lockstep-mpi-checked adds check_calls (one more small
+ *                                MPI allreduce). Every byte between nodes goes through
+ *                                the same OpenMPI, on the same machine: these rows
+ *                                show what the two levels and check_calls cost, not
+ *                                what they save between real nodes, so they carry no
+ *                                OpenMPI row (with one rank per node the leaders' two
+ *                                MPI calls cannot beat OpenMPI's one; the flat
+ *                                MPI_Allreduce is in allreduce_<N>r)
  *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
  *                                MPI_Allgather, sending the same unchanged buffer every call;
  *                                buffer-push: linear push, the buffers in the
@@ -25,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lockstep/comm_mpi.h"
 #include "lockstep/lockstep.h"
 
 #define REPS 11 /* short batches, many of them: the median survives a preempted rank */
@@ -36,6 +51,7 @@ typedef int (*call_fn)(void *ctx, int impl);
 
 struct ctx {
     lockstep_comm_t *ls[3]; /* auto (with a shared buffer), small-only, large-only */
+    lockstep_mpi_comm_t *mpi[3]; /* one node; two emulated nodes; the same, check_calls */
     float *a, *b, *z;       /* z: ls[0]'s shared buffer */
     size_t zrecv;           /* where in z the allgather's recv starts (send: at z) */
     size_t bytes;
@@ -68,7 +84,8 @@ static int iters_for(size_t bytes)
     return 6;
 }
 
-/* impl 0 OpenMPI, 1-3 lockstep auto / small-only / large-only, 4 auto on the buffer */
+/* impl 0 OpenMPI, 1-3 lockstep auto / small-only / large-only, 4 auto on the buffer,
+ * 5-7 lockstep_mpi: one node, two nodes, two nodes with check_calls */
 static int do_allreduce(void *p, int impl)
 {
     struct ctx *c = p;
@@ -77,6 +94,8 @@ static int do_allreduce(void *p, int impl)
         return MPI_Allreduce(MPI_IN_PLACE, c->a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     if (impl == 4)
         return lockstep_comm_allreduce(c->ls[0], c->z, c->z, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+    if (impl >= 5)
+        return lockstep_mpi_allreduce(c->mpi[impl - 5], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
     return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
 }
 
@@ -183,6 +202,16 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    for (int k = 0; k < 3; k++) {
+        lockstep_mpi_params_t q = lockstep_mpi_params_default();
+        q.ranks_per_node = k == 0 ? 0 : (size + 1) / 2;
+        q.check_calls = k == 2;
+        c.mpi[k] = lockstep_mpi_comm_create(MPI_COMM_WORLD, &q);
+        if (!c.mpi[k]) {
+            fprintf(stderr, "bench_comm rank %d: lockstep_mpi_comm_create: %s\n", rank, lockstep_strerror(-errno));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
     c.z = lockstep_comm_buffer(c.ls[0], NULL);
     c.zrecv = max_bytes / 4;
     c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
@@ -191,14 +220,15 @@ int main(int argc, char **argv)
     memset(c.b, 0, max_bytes * (size_t)size);
 
     char w[64];
-    static const char *const ar_names[] = {"openmpi", "lockstep", "lockstep-small", "lockstep-large",
-                                           "lockstep-buffer"};
+    static const char *const ar_names[] = {"openmpi",         "lockstep",     "lockstep-small",
+                                           "lockstep-large",  "lockstep-buffer", "lockstep-mpi",
+                                           "lockstep-mpi",    "lockstep-mpi-checked"};
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
         c.bytes = bytes;
         snprintf(w, sizeof w, "allreduce_%dr", size);
         double r[MAXIMPL][REPS];
         int it = iters_for(bytes);
-        int nimpl = 5;
+        int nimpl = 8;
         for (int i = 0; i < nimpl; i++)
             batch(do_allreduce, &c, i, it / 4 + 1);
         for (int rep = 0; rep < REPS; rep++)
@@ -207,8 +237,12 @@ int main(int argc, char **argv)
         emit(rank, w, "openmpi", bytes, r[0], REPS);
         emit(rank, w, "lockstep", bytes, r[1], REPS);
         emit(rank, w, "lockstep-buffer", bytes, r[4], REPS);
+        emit(rank, w, ar_names[5], bytes, r[5], REPS);
         snprintf(w, sizeof w, "allreduce_paths_%dr", size);
         for (int i = 2; i < 4; i++)
+            emit(rank, w, ar_names[i], bytes, r[i], REPS);
+        snprintf(w, sizeof w, "allreduce_mpi_2nodes_%dr", size); /* no baseline: see above */
+        for (int i = 6; i < 8; i++)
             emit(rank, w, ar_names[i], bytes, r[i], REPS);
     }
 
@@ -224,8 +258,10 @@ int main(int argc, char **argv)
             snprintf(w, sizeof w, "allgather%s_%dr", kind, size);
             run(rank, w, do_allgather, &c, x_names, nimpl);
         }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3; k++) {
         lockstep_comm_free(c.ls[k]);
+        lockstep_mpi_comm_free(c.mpi[k]);
+    }
     free(c.a);
     free(c.b);
     MPI_Finalize();

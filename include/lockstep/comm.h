@@ -103,6 +103,17 @@ typedef struct lockstep_comm_params {
                                             zero-copy allreduces (lockstep_comm_buffer);
                                             0 = none (the default); same on every rank;
                                             at most 2**40, rounded up to 4 KiB */
+    int cpu_sharers;                     /* how many processes keep these CPUs busy during
+                                            calls, this communicator's ranks included:
+                                            with more of them than CPUs, the auto wait
+                                            policy yields instead of spinning (which
+                                            would take the CPU from a process the call
+                                            waits for) and a large allreduce takes the
+                                            shorter step, as with more ranks than CPUs.
+                                            For several communicators, or other busy
+                                            jobs, on one machine. 0 (default): size;
+                                            else at least size (rank 0's decides the
+                                            step for everyone) */
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small

@@ -51,8 +51,10 @@ typedef struct lockstep_mpi_comm lockstep_mpi_comm_t;
 typedef struct lockstep_mpi_params {
     lockstep_comm_params_t node; /* each node's communicator: timeout_ms (also the
                                     leaders' MPI deadline), wait_policy, sizes, pool,
-                                    cancel, buffer_bytes; job, rank and size are
-                                    filled in here */
+                                    cancel, buffer_bytes, cpu_sharers (0: every
+                                    rank on the machine, which differs from the
+                                    node's size with ranks_per_node); job, rank
+                                    and size are filled in here */
     int ranks_per_node;          /* 0 (default): a node is the ranks that share memory
                                     (MPI_COMM_TYPE_SHARED); n > 0: those are further
                                     split into ceil(ranks / n) groups, dealt round-

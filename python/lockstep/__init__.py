@@ -14,6 +14,10 @@ there on every rank skips the copies through shared memory (3-5x faster from 16 
     x = comm.buffer((4096, 1024), numpy.float32)       # or torch.bfloat16: a tensor
     comm.allreduce(x)
 
+When other busy processes share this machine's CPUs (another job, or the ranks of
+another communicator), pass their total, these ranks included, as cpu_sharers=N: with
+more of them than CPUs, waits yield the CPU at once instead of spinning on it.
+
 Broadcast and allgather with xfer="push" go zero-copy too when the receivers' arrays
 are buffer views (past 256 KiB for broadcast, the small_bytes default).
 
@@ -110,7 +114,7 @@ class Comm:
     """A communicator over `size` ranks of one job (see the module docstring)."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
-                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0):
+                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0):
         if timeout is None:
             timeout_ms = 0
         elif timeout <= 0:
@@ -119,7 +123,7 @@ class Comm:
             timeout_ms = max(1, int(timeout * 1000))
         self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
                                  _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
-                                 allreduce_small_bytes, buffer_bytes)
+                                 allreduce_small_bytes, buffer_bytes, int(cpu_sharers))
         self.rank = self._c.rank
         self.size = self._c.size
         self.allreduce = self._c.allreduce  # no Python frame per call: 0.1 us of 0.3

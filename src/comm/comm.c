@@ -616,6 +616,9 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
                  p->allreduce_small_bytes);
     else if (p->buffer_bytes > BUFFER_MAX)
         snprintf(msg, len, "buffer_bytes must be at most 2**40 (got %zu)", p->buffer_bytes);
+    else if (p->cpu_sharers && p->cpu_sharers < p->size)
+        snprintf(msg, len, "cpu_sharers must be 0 (size) or at least size (got %d, size %d)", p->cpu_sharers,
+                 p->size);
     else {
         msg[0] = 0;
         return 0;
@@ -656,7 +659,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     c->cancel = p->cancel;
     c->cancel_arg = p->cancel_arg;
     c->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)(p->rank + 1) * 0xbf58476d1ce4e5b9ull);
-    int rc = lockstep_wait_init(&c->wait, p->wait_policy, (unsigned)p->size, 1);
+    unsigned sharers = (unsigned)(p->cpu_sharers ? p->cpu_sharers : p->size);
+    int rc = lockstep_wait_init(&c->wait, p->wait_policy, sharers, 1);
     if (rc) {
         free(c);
         errno = -rc;
@@ -668,7 +672,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     memset(&want, 0, sizeof want);
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
-    int oversubscribed = (unsigned)p->size > (unsigned)lockstep_cpus_available();
+    int oversubscribed = sharers > (unsigned)lockstep_cpus_available();
     size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
                       : oversubscribed         ? AUTO_SMALL_OVERSUBSCRIBED
                                                : AUTO_SMALL_FITS;

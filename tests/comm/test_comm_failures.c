@@ -267,23 +267,30 @@ static int disagree_body(int rank, int size, const char *job)
 /* allreduce_small_bytes = 0: rank 0 picks the switch (512 B while ranks fit the CPUs,
  * 8 KiB when they outnumber them). A rank that names the same value joins; another
  * value is a mismatch; a rank that leaves it at 0 takes rank 0's choice. */
-static int auto_switch_mode; /* 0: rank 1 names rank 0's choice; 1: another; 2: rank 0 names it */
+/* 0: rank 1 names rank 0's choice; 1: another; 2: rank 0 names it; 3 and 4: rank 0 is
+ * told that more processes than CPUs share them (cpu_sharers), so it picks the
+ * oversubscribed switch, and rank 1 names that (3) or the other (4) */
+static int auto_switch_mode;
 
 static int auto_switch_body(int rank, int size, const char *job)
 {
     lockstep_comm_params_t p = harness_params(rank, size, job);
-    size_t picked = (unsigned)size > (unsigned)lockstep_cpus_available() ? 8192 : 512;
+    int cpus = lockstep_cpus_available();
+    CHECK_EQ(p.cpu_sharers, 0);
+    if (auto_switch_mode >= 3 && rank == 0)
+        p.cpu_sharers = cpus + 1 > size ? cpus + 1 : size;
+    size_t picked = (unsigned)size > (unsigned)cpus || auto_switch_mode >= 3 ? 8192 : 512;
     CHECK_EQ(p.allreduce_small_bytes, 0);
-    if (auto_switch_mode == 0 && rank == 1)
+    if ((auto_switch_mode == 0 || auto_switch_mode == 3) && rank == 1)
         p.allreduce_small_bytes = picked;
-    else if (auto_switch_mode == 1 && rank == 1)
+    else if ((auto_switch_mode == 1 || auto_switch_mode == 4) && rank == 1)
         p.allreduce_small_bytes = picked == 512 ? 8192 : 512;
     else if (auto_switch_mode == 2 && rank == 0)
         p.allreduce_small_bytes = 4096;
     p.timeout_ms = 10000;
     errno = 0;
     lockstep_comm_t *c = lockstep_comm_create(&p);
-    if (auto_switch_mode == 1) {
+    if (auto_switch_mode == 1 || auto_switch_mode == 4) {
         CHECK(c == NULL);
         CHECK_EQ(errno, LOCKSTEP_EMISMATCH);
         return 0;
@@ -369,7 +376,7 @@ static void test_rendezvous(void)
     CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
     CHECK_EQ(shm_entries_with(job), 0);
     disagree_on = 0;
-    for (auto_switch_mode = 0; auto_switch_mode < 3; auto_switch_mode++) {
+    for (auto_switch_mode = 0; auto_switch_mode < 5; auto_switch_mode++) {
         harness_job(job, sizeof job, "auto");
         CHECK_EQ(harness_run(auto_switch_body, 2, job, 30, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
@@ -378,6 +385,16 @@ static void test_rendezvous(void)
     snprintf(p.job, sizeof p.job, "x");
     p.allreduce_small_bytes = 0;
     CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), 0);
+    /* cpu_sharers: 0, or at least size */
+    p.size = 3;
+    p.cpu_sharers = 3;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), 0);
+    p.cpu_sharers = 2;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), -EINVAL);
+    CHECK(strstr(why, "cpu_sharers") == why && strstr(why, "got 2, size 3") != NULL);
+    p.cpu_sharers = -1;
+    CHECK_EQ(lockstep_comm_params_check(&p, why, sizeof why), -EINVAL);
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
 
     /* buffer_bytes: at most 2**40; a segment /dev/shm cannot hold fails with ENOSPC at
      * create (every page is allocated there), not with a SIGBUS at first use */

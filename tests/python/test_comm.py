@@ -198,6 +198,12 @@ def test_bad_buffers_raise_what_to_fix():
         lockstep.Comm("x", 0, 1, chunk_bytes=1024)
     with pytest.raises(ValueError, match="allreduce_small_bytes must be 0 \\(automatic\\) or from 256"):
         lockstep.Comm("x", 0, 1, allreduce_small_bytes=100)
+    with pytest.raises(ValueError, match="cpu_sharers must be 0 \\(size\\) or at least size \\(got 1, size 2\\)"):
+        lockstep.Comm("x", 0, 2, cpu_sharers=1)
+    with lockstep.Comm(f"py-sharers-{os.getpid()}", 0, 1, cpu_sharers=64) as c:
+        a = np.arange(5, dtype=np.float32)
+        c.allreduce(a)
+        assert a.tolist() == [0, 1, 2, 3, 4]
     c = lockstep.Comm(f"py-closed-{os.getpid()}", 0, 1)
     c.close()
     with pytest.raises(lockstep.CommError, match="closed"):

@@ -68,7 +68,8 @@ typedef struct lockstep_comm_params {
     int rank;
     int size;
     uint32_t timeout_ms;                 /* deadline of every wait; 0 = none; default 60000 */
-    lockstep_wait_policy_t wait_policy;  /* auto with more ranks than CPUs: a rank yields
+    lockstep_wait_policy_t wait_policy;  /* auto with more ranks (or cpu_sharers) than
+                                            CPUs: a rank yields
                                             at once, unless every rank it still waits for
                                             last ran on another CPU: then it spins up to
                                             5 us first */

@@ -21,8 +21,9 @@ struct lockstep_mpi_comm {
     int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
     int *counts, *displs;           /* per node, bytes, for the leaders' allgather in one call */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
-    unsigned char *cycle_head;      /* per slot, when not ordered: the lowest slot of its
-                                       cycle in the permutation to rank order */
+    unsigned char *cycle_head;      /* per slot, when not ordered: 1 at the lowest slot of
+                                       each cycle of the permutation to rank order
+                                       (where to_rank_order starts it), 2 elsewhere */
     uint64_t timeout_ns;
     size_t piece;                   /* params.piece_bytes, INT_MAX for 0 */
     int check_calls;                /* params.check_calls */

@@ -19,6 +19,9 @@
  * element range by one rank in rank order and then copied), so every rank gets a
  * bit-identical result. f16 and bf16 are accumulated in f32 and rounded once.
  *
+ * A communicator of one rank touches no shared memory: allreduce and allgather copy
+ * send to recv, bit for bit (nothing in place), broadcast and barrier return at once.
+ *
  * Threading: one thread at a time may call into a communicator. */
 #ifndef LOCKSTEP_COMM_H
 #define LOCKSTEP_COMM_H

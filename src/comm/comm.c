@@ -860,6 +860,8 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
 {
     if (!c)
         return -EINVAL;
+    if (c->size == 1)
+        return ls_comm_failed(c);
     /* announce without waiting, so a peer in a different call sees the mismatch; then
      * the thread layer's barrier, waited in slices with the same liveness checks */
     int rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);

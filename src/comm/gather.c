@@ -74,6 +74,8 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
 {
     if (!c || (bytes && !buf) || root < 0 || root >= c->size || bad_order(order, xfer))
         return -EINVAL;
+    if (c->size == 1) /* alone: buf already holds the root's bytes */
+        return ls_comm_failed(c);
     int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
     ls_comm_order(c, order, peers);
     int np = c->size - 1;
@@ -146,6 +148,11 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
     size_t total = (size_t)N * bytes;
     if (in != mine && bytes && in < out + total && out < in + bytes)
         return -EINVAL; /* overlapping, and not the in-place layout */
+    if (N == 1) { /* alone: recv is send */
+        if ((rc = ls_comm_failed(c)) == 0 && in != out && bytes)
+            memcpy(out, in, bytes);
+        return rc;
+    }
     ls_comm_order(c, order, peers);
     int np = N - 1;
     size_t small = c->hdr->small_bytes;

@@ -6,7 +6,17 @@
  *                                communicator's shared buffer (zero-copy)
  *                                and lockstep-mpi: lockstep_mpi_allreduce (comm_mpi.h)
  *                                on this one node, which is the node's lockstep_comm
- *                                plus lockstep_mpi's own cost
+ *                                plus lockstep_mpi's own cost; and, up to 256 B while
+ *                                ranks fit the CPUs, bare-exchange: the exchange of
+ *                                lockstep's small path and nothing else (copy in, a
+ *                                flag, spin on the peers' flags, sum every slot in rank
+ *                                order) in an MPI shared window, without lockstep's
+ *                                descriptor check, deadline, liveness checks or wait
+ *                                policy. It shows how much of a small call is the
+ *                                memory traffic itself on this machine, and so what
+ *                                ratio against OpenMPI is reachable at all. (Past
+ *                                256 B lockstep may split the work between ranks, and
+ *                                this exchange is no floor.)
  *   allreduce_paths_<N>r         — lockstep forced to one path (the switch point is
  *                                where these cross)
  *   allreduce_mpi_2nodes_<N>r    — lockstep_mpi with the ranks dealt into two emulated
@@ -58,7 +68,51 @@ struct ctx {
     int order, xfer, root;
     int rank, fresh;   /* fresh: senders rewrite their buffer before each call */
     unsigned char gen; /* what they write */
+    int size;
+    struct bare_rank **bare; /* every rank's part of the shared window, or NULL */
+    uint32_t bare_seq;
 };
+
+/* The bare exchange (bare-exchange rows), call s: rank r copies its array into
+ * bare[r]->slot[s & 1], stores s in bare[r]->flag[s & 1] (seq_cst, as lockstep's
+ * publish), spins until every peer's flag says s, and sums all slots in rank order.
+ * A slot is rewritten two calls later, after every rank has flagged the call between,
+ * so after it finished reading this one. */
+#define BARE_MAX 256
+struct bare_rank {
+    uint32_t flag[2][32]; /* one 128-byte line each */
+    float slot[2][64];    /* BARE_MAX bytes each, 128-byte aligned */
+};
+_Static_assert(sizeof(float[64]) == BARE_MAX, "a slot holds BARE_MAX bytes");
+
+static int do_bare(struct ctx *c)
+{
+    uint32_t s = ++c->bare_seq;
+    unsigned b = s & 1;
+    size_t n = c->bytes / 4;
+    memcpy(c->bare[c->rank]->slot[b], c->a, c->bytes);
+    __atomic_store_n(&c->bare[c->rank]->flag[b][0], s, __ATOMIC_SEQ_CST);
+    for (int r = 0; r < c->size; r++) {
+        uint64_t spins = 0, give_up = 0;
+        while (__atomic_load_n(&c->bare[r]->flag[b][0], __ATOMIC_ACQUIRE) != s) {
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+            if (++spins % 65536 == 0) { /* no deadlock in a benchmark either */
+                uint64_t t = lockstep_now_ns();
+                if (!give_up)
+                    give_up = t + 10000000000ull;
+                else if (t > give_up)
+                    return -1;
+            }
+        }
+    }
+    memcpy(c->a, c->bare[0]->slot[b], c->bytes);
+    for (int r = 1; r < c->size; r++) /* one vectorised pass per rank, in rank order */
+        for (size_t i = 0; i < n; i++)
+            c->a[i] += c->bare[r]->slot[b][i];
+    return 0;
+}
 
 /* One batch of iters calls of impl; returns us per call as seen by rank 0. */
 static double batch(call_fn fn, struct ctx *c, int impl, int iters)
@@ -85,11 +139,13 @@ static int iters_for(size_t bytes)
 }
 
 /* impl 0 OpenMPI, 1-3 lockstep auto / small-only / large-only, 4 auto on the buffer,
- * 5-7 lockstep_mpi: one node, two nodes, two nodes with check_calls */
+ * 5-7 lockstep_mpi: one node, two nodes, two nodes with check_calls, 8 the bare exchange */
 static int do_allreduce(void *p, int impl)
 {
     struct ctx *c = p;
     size_t n = c->bytes / 4;
+    if (impl == 8)
+        return do_bare(c);
     if (impl == 0)
         return MPI_Allreduce(MPI_IN_PLACE, c->a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     if (impl == 4)
@@ -212,6 +268,25 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    /* the bare exchange spins without yielding: only while every rank has a CPU */
+    MPI_Win bare_win = MPI_WIN_NULL;
+    c.size = size;
+    if (size <= lockstep_cpus_available()) {
+        struct bare_rank *mine = NULL;
+        c.bare = calloc((size_t)size, sizeof *c.bare);
+        if (!c.bare || MPI_Win_allocate_shared((MPI_Aint)sizeof *mine, 128, MPI_INFO_NULL, MPI_COMM_WORLD, &mine,
+                                               &bare_win) != MPI_SUCCESS) {
+            fprintf(stderr, "bench_comm rank %d: no shared window for the bare exchange\n", rank);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        memset(mine, 0, sizeof *mine);
+        for (int r = 0; r < size; r++) {
+            MPI_Aint len;
+            int unit;
+            MPI_Win_shared_query(bare_win, r, &len, &unit, &c.bare[r]);
+        }
+        MPI_Barrier(MPI_COMM_WORLD); /* every part zeroed before any flag is read */
+    }
     c.z = lockstep_comm_buffer(c.ls[0], NULL);
     c.zrecv = max_bytes / 4;
     c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
@@ -222,13 +297,13 @@ int main(int argc, char **argv)
     char w[64];
     static const char *const ar_names[] = {"openmpi",         "lockstep",     "lockstep-small",
                                            "lockstep-large",  "lockstep-buffer", "lockstep-mpi",
-                                           "lockstep-mpi",    "lockstep-mpi-checked"};
+                                           "lockstep-mpi",    "lockstep-mpi-checked", "bare-exchange"};
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
         c.bytes = bytes;
         snprintf(w, sizeof w, "allreduce_%dr", size);
         double r[MAXIMPL][REPS];
         int it = iters_for(bytes);
-        int nimpl = 8;
+        int nimpl = c.bare && bytes <= BARE_MAX ? 9 : 8;
         for (int i = 0; i < nimpl; i++)
             batch(do_allreduce, &c, i, it / 4 + 1);
         for (int rep = 0; rep < REPS; rep++)
@@ -238,6 +313,8 @@ int main(int argc, char **argv)
         emit(rank, w, "lockstep", bytes, r[1], REPS);
         emit(rank, w, "lockstep-buffer", bytes, r[4], REPS);
         emit(rank, w, ar_names[5], bytes, r[5], REPS);
+        if (nimpl > 8)
+            emit(rank, w, ar_names[8], bytes, r[8], REPS);
         snprintf(w, sizeof w, "allreduce_paths_%dr", size);
         for (int i = 2; i < 4; i++)
             emit(rank, w, ar_names[i], bytes, r[i], REPS);
@@ -264,6 +341,9 @@ int main(int argc, char **argv)
     }
     free(c.a);
     free(c.b);
+    if (bare_win != MPI_WIN_NULL)
+        MPI_Win_free(&bare_win);
+    free(c.bare);
     MPI_Finalize();
     return 0;
 }

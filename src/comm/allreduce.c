@@ -89,11 +89,8 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     if (send != recv && ls_overlap(send, recv, bytes))
         return -EINVAL;
     int N = c->size, me = c->rank, rc;
-    if (N == 1) { /* alone: the result is the input, bit for bit */
-        if ((rc = ls_comm_failed(c)) == 0 && send != recv && bytes)
-            memcpy(recv, send, bytes);
-        return rc;
-    }
+    if (N == 1) /* the result is the input, bit for bit */
+        return ls_comm_alone(c, recv, send, bytes);
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
     unsigned b = (c->seq + 1) & 1; /* this call's announcement and small slot */
 

@@ -139,6 +139,9 @@ int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uin
 int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lockstep_dtype_t dt,
                      int root, uint64_t count, int wait_all);
 int ls_comm_verify(lockstep_comm_t *c);
+/* A call on a communicator of one rank: no shared memory, only the copy from src to
+ * dst (none when they are the same), unless the communicator is broken */
+int ls_comm_alone(lockstep_comm_t *c, void *dst, const void *src, size_t bytes);
 int ls_comm_step(lockstep_comm_t *c, uint64_t deadline);
 /* publish my step word = t (with where I run, when ranks outnumber CPUs) */
 void ls_comm_publish_step(lockstep_comm_t *c, uint32_t t);

@@ -148,11 +148,8 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
     size_t total = (size_t)N * bytes;
     if (in != mine && bytes && in < out + total && out < in + bytes)
         return -EINVAL; /* overlapping, and not the in-place layout */
-    if (N == 1) { /* alone: recv is send */
-        if ((rc = ls_comm_failed(c)) == 0 && in != out && bytes)
-            memcpy(out, in, bytes);
-        return rc;
-    }
+    if (N == 1) /* recv is send */
+        return ls_comm_alone(c, out, in, bytes);
     ls_comm_order(c, order, peers);
     int np = N - 1;
     size_t small = c->hdr->small_bytes;

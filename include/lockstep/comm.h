@@ -121,7 +121,8 @@ typedef struct lockstep_comm_params {
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
- * 8 KiB (both the measured switch points, see comm.c), chunk 1 MiB, no buffer. */
+ * 0 (rank 0 picks 512 B or 8 KiB, see allreduce_small_bytes; the switch points are
+ * measured, see comm.c), chunk 1 MiB, no buffer, cpu_sharers 0. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and

@@ -102,7 +102,8 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
             return rc;
         for (int k = 0; k < N; k++)
             in[k] = ls_ctl(c, k)->ann[b].data;
-        ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
+        if (ls_reduce_few(dtype, op, recv, in, N, count) != 0)
+            ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;
     }
 

@@ -246,7 +246,7 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
 void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also, int nalso,
                const void *const *in, int nin, size_t count)
 {
-    if (count == 0 || nin <= 0)
+    if (count == 0 || nin <= 0 || (nalso == 0 && ls_reduce_few(dt, op, out, in, nin, count) == 0))
         return;
     if (dt == LOCKSTEP_F32 || dt == LOCKSTEP_I32) {
         /* Blockwise, so that the block of out stays in L1 while every input is combined

@@ -35,6 +35,27 @@ int main(void)
     for (int i = 0; i < n; i++)
         CHECK_EQ(iout[i], ia[i] < ib[i] ? ia[i] : ib[i]);
 
+    /* up to 32 f32/i32 elements go through plain loops instead of the vector kernels:
+     * the same bits, NaNs (a[3], b[5]) and wrap-around (w[1] + ib[1]) included */
+    int32_t w[n];
+    memcpy(w, ia, sizeof w);
+    w[1] = INT32_MAX;
+    for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++) {
+        enum { few = 7 };
+        float fmany[n], ffew[few];
+        int32_t imany[n], ifew[few];
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, (lockstep_op_t)op, fmany, a, b, n), 0);
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, (lockstep_op_t)op, ffew, a, b, few), 0);
+        CHECK(memcmp(ffew, fmany, sizeof ffew) == 0);
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, (lockstep_op_t)op, imany, w, ib, n), 0);
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, (lockstep_op_t)op, ifew, w, ib, few), 0);
+        CHECK(memcmp(ifew, imany, sizeof ifew) == 0);
+        if (op == LOCKSTEP_SUM)
+            CHECK_EQ(ifew[1], INT32_MIN + 1); /* INT32_MAX + 2 wraps */
+        if (op == LOCKSTEP_MAX)
+            CHECK(isnan(ffew[3]) && ffew[5] == a[5]);
+    }
+
     /* out may be a or b: in place either way gives the same bits */
     int32_t x[n], y[n];
     memcpy(x, ia, sizeof x);

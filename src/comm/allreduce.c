@@ -95,13 +95,14 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     unsigned b = (c->seq + 1) & 1; /* this call's announcement and small slot */
 
     if (bytes <= LS_INLINE_BYTES) { /* the payload rides in the announcement */
+        size_t at = ls_inline_at(bytes);
         if (bytes)
-            memcpy(ls_ctl(c, me)->ann[b].data, send, bytes);
+            memcpy(ls_ctl(c, me)->ann[b].data + at, send, bytes);
         rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
         if (rc)
             return rc;
         for (int k = 0; k < N; k++)
-            in[k] = ls_ctl(c, k)->ann[b].data;
+            in[k] = ls_ctl(c, k)->ann[b].data + at;
         if (ls_reduce_few(dtype, op, recv, in, N, count) != 0)
             ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;

@@ -188,9 +188,9 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
  * out = in[0] op ... op in[nin - 1] in plain loops through an accumulator on the
  * stack, so out may be any input. The same order and NaN rule as ls_reduce's kernels,
  * so the same bits, without its blocks and its kernel table's indirect calls, which
- * cost more than the arithmetic here: 2 ranks, 4 B allreduce 0.78x the time, 16 B
- * 0.91x (both libraries alternating in the same processes). Returns 0, or -1 (nothing
- * done) for other dtypes or more elements. */
+ * cost more than the arithmetic here: 2 ranks, 4 B allreduce 0.79-0.80x the time,
+ * 16 B 0.91-0.93x (both libraries alternating in the same processes). Returns 0, or
+ * -1 (nothing done) for other dtypes or more elements. */
 #define LS_FEW_WORDS 32
 #define LS_FEW_LOOP(T, a, expr)                                                                  \
     do {                                                                                         \

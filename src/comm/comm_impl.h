@@ -79,7 +79,7 @@ _Static_assert(sizeof(ls_announce_t) == LS_LINE, "an announcement is one line");
  * of the announcement's first 64-byte line (seq's) goes right after the header; one
  * that fits the second line alone fills that line, aligned, so that no store or load of
  * it straddles the two; a larger one fills data from its start. 2 ranks, 40 and 64 B:
- * 0.87-0.93x the time of straddling (both libraries alternating in one session). */
+ * 0.85-0.97x the time of straddling (both libraries alternating in one session). */
 #define LS_HW_LINE 64
 #define LS_INLINE_HEAD (LS_HW_LINE - offsetof(ls_announce_t, data) % LS_HW_LINE)
 _Static_assert(LS_INLINE_HEAD + LS_HW_LINE <= LS_INLINE_BYTES, "the second line lies inside data");

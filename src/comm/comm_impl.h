@@ -191,6 +191,14 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
  * cost more than the arithmetic here: 2 ranks, 4 B allreduce 0.79-0.80x the time,
  * 16 B 0.91-0.93x (both libraries alternating in the same processes). Returns 0, or
  * -1 (nothing done) for other dtypes or more elements. */
+/* The ops on one element, a the accumulator: MAX and MIN keep a on ties and when
+ * either side is NaN, as the vector max/min instructions do; i32 SUM wraps around.
+ * Shared by ls_reduce's kernels (reduce.c) and ls_reduce_few, so both give the same bits. */
+#define LS_OP_SUM(a, b) ((a) + (b))
+#define LS_OP_SUM_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define LS_OP_MAX(a, b) ((b) > (a) ? (b) : (a))
+#define LS_OP_MIN(a, b) ((b) < (a) ? (b) : (a))
+
 #define LS_FEW_WORDS 32
 #define LS_FEW_LOOP(T, a, expr)                                                                  \
     do {                                                                                         \
@@ -212,17 +220,17 @@ static inline int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out
         float *f = acc.f;
         int32_t *w = acc.i;
         if (dt == LOCKSTEP_F32 && op == LOCKSTEP_SUM)
-            LS_FEW_LOOP(float, f, f[i] + x[i]);
-        else if (dt == LOCKSTEP_F32 && op == LOCKSTEP_MAX) /* the accumulator wins ties and NaNs */
-            LS_FEW_LOOP(float, f, x[i] > f[i] ? x[i] : f[i]);
+            LS_FEW_LOOP(float, f, LS_OP_SUM(f[i], x[i]));
+        else if (dt == LOCKSTEP_F32 && op == LOCKSTEP_MAX)
+            LS_FEW_LOOP(float, f, LS_OP_MAX(f[i], x[i]));
         else if (dt == LOCKSTEP_F32)
-            LS_FEW_LOOP(float, f, x[i] < f[i] ? x[i] : f[i]);
-        else if (op == LOCKSTEP_SUM) /* wraps around, as the kernels do */
-            LS_FEW_LOOP(int32_t, w, (int32_t)((uint32_t)w[i] + (uint32_t)x[i]));
+            LS_FEW_LOOP(float, f, LS_OP_MIN(f[i], x[i]));
+        else if (op == LOCKSTEP_SUM)
+            LS_FEW_LOOP(int32_t, w, LS_OP_SUM_I32(w[i], x[i]));
         else if (op == LOCKSTEP_MAX)
-            LS_FEW_LOOP(int32_t, w, x[i] > w[i] ? x[i] : w[i]);
+            LS_FEW_LOOP(int32_t, w, LS_OP_MAX(w[i], x[i]));
         else
-            LS_FEW_LOOP(int32_t, w, x[i] < w[i] ? x[i] : w[i]);
+            LS_FEW_LOOP(int32_t, w, LS_OP_MIN(w[i], x[i]));
     }
     memcpy(out, &acc, n * 4);
     return 0;

@@ -42,24 +42,24 @@
     LS_NO_OVERLAP_CHECK for (size_t i = 0; i < n; i++) out[i] = (expr)
 #define LS_COMBINE_BODIES(suffix, attr)                                                          \
     attr static void f32_combine_##suffix(float *out, const float *a, const float *b, size_t n,  \
-                                          lockstep_op_t op)                                       \
+                                          lockstep_op_t op)                                      \
     {                                                                                            \
         if (op == LOCKSTEP_SUM)                                                                  \
-            LS_COMBINE_LOOP(a[i] + b[i]);                                                        \
+            LS_COMBINE_LOOP(LS_OP_SUM(a[i], b[i]));                                              \
         else if (op == LOCKSTEP_MAX)                                                             \
-            LS_COMBINE_LOOP(b[i] > a[i] ? b[i] : a[i]);                                          \
+            LS_COMBINE_LOOP(LS_OP_MAX(a[i], b[i]));                                              \
         else                                                                                     \
-            LS_COMBINE_LOOP(b[i] < a[i] ? b[i] : a[i]);                                          \
+            LS_COMBINE_LOOP(LS_OP_MIN(a[i], b[i]));                                              \
     }                                                                                            \
     attr static void i32_combine_##suffix(int32_t *out, const int32_t *a, const int32_t *b,      \
-                                          size_t n, lockstep_op_t op)                             \
+                                          size_t n, lockstep_op_t op)                            \
     {                                                                                            \
         if (op == LOCKSTEP_SUM) /* wrap-around, as the hardware does; no UB */                   \
-            LS_COMBINE_LOOP((int32_t)((uint32_t)a[i] + (uint32_t)b[i]));                         \
+            LS_COMBINE_LOOP(LS_OP_SUM_I32(a[i], b[i]));                                          \
         else if (op == LOCKSTEP_MAX)                                                             \
-            LS_COMBINE_LOOP(b[i] > a[i] ? b[i] : a[i]);                                          \
+            LS_COMBINE_LOOP(LS_OP_MAX(a[i], b[i]));                                              \
         else                                                                                     \
-            LS_COMBINE_LOOP(b[i] < a[i] ? b[i] : a[i]);                                          \
+            LS_COMBINE_LOOP(LS_OP_MIN(a[i], b[i]));                                              \
     }
 
 LS_COMBINE_BODIES(base, )

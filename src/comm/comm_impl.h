@@ -243,9 +243,5 @@ static inline int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out
  * one other input (saved per block) */
 void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also, int nalso,
                const void *const *in, int nin, size_t count);
-float ls_f16_to_f32(uint16_t h);
-uint16_t ls_f32_to_f16(float f);
-float ls_bf16_to_f32(uint16_t h);
-uint16_t ls_f32_to_bf16(float f);
 
 #endif

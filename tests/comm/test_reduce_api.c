@@ -7,6 +7,93 @@
 #include "lockstep/comm.h"
 #include "../common/check.h"
 
+/* Every f16 and bf16 bit pattern through lockstep_reduce, against references built
+ * here: the compiler's _Float16 conversion for f16, and for bf16 a rounding that picks
+ * the nearer of the two neighbouring bf16 values by their distances in double. The
+ * count is not a multiple of any vector width, so vector bodies and tails both run. */
+enum { NHALF = 65536 + 5 };
+
+static int bf16_nan(uint16_t h)
+{
+    return (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+static float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t bf16_nearest(float f) /* f is not NaN */
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1); /* toward and away from zero */
+    if ((u & 0xffff) == 0)
+        return lo;
+    double dlo = fabs((double)f - (double)bf16_value(lo));
+    /* past the largest finite value, hi is infinity: measure to 2^128 instead */
+    double vhi = (hi & 0x7fff) == 0x7f80 ? ldexp(f < 0 ? -1.0 : 1.0, 128) : (double)bf16_value(hi);
+    double dhi = fabs((double)f - vhi);
+    return dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1) ? hi : lo;
+}
+
+static void check_halves(void)
+{
+    static uint16_t a[NHALF], b[NHALF], out[NHALF];
+    for (size_t i = 0; i < NHALF; i++)
+        a[i] = (uint16_t)i;
+    /* bf16: x + -0 is x, and MAX/MIN against NaN keep x (NaNs made quiet) */
+    for (size_t i = 0; i < NHALF; i++)
+        b[i] = 0x8000;
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, out, a, b, NHALF), 0);
+    for (size_t i = 0; i < NHALF; i++)
+        CHECK_EQ(out[i], bf16_nan(a[i]) ? a[i] | 0x40 : a[i]);
+    for (size_t i = 0; i < NHALF; i++)
+        b[i] = 0x7fc0;
+    for (int op = LOCKSTEP_MAX; op <= LOCKSTEP_MIN; op++) {
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, (lockstep_op_t)op, out, a, b, NHALF), 0);
+        for (size_t i = 0; i < NHALF; i++)
+            CHECK_EQ(out[i], bf16_nan(a[i]) ? a[i] | 0x40 : a[i]);
+    }
+    /* sums that round: every pattern against a spread of others */
+    for (size_t i = 0; i < NHALF; i++)
+        b[i] = (uint16_t)(i * 40503u + 12345u);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, out, a, b, NHALF), 0);
+    for (size_t i = 0; i < NHALF; i++) {
+        float s = bf16_value(a[i]) + bf16_value(b[i]);
+        if (isnan(s))
+            CHECK(bf16_nan(out[i]));
+        else
+            CHECK_EQ(out[i], bf16_nearest(s));
+    }
+    /* f16: MAX/MIN against NaN keep x, then the same sums, in place (out is a) */
+    for (size_t i = 0; i < NHALF; i++)
+        b[i] = 0x7e00;
+    for (int op = LOCKSTEP_MAX; op <= LOCKSTEP_MIN; op++) {
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_F16, (lockstep_op_t)op, out, a, b, NHALF), 0);
+        for (size_t i = 0; i < NHALF; i++)
+            CHECK_EQ(out[i], (a[i] & 0x7c00) == 0x7c00 && (a[i] & 0x3ff) ? a[i] | 0x200 : a[i]);
+    }
+    for (size_t i = 0; i < NHALF; i++)
+        b[i] = (uint16_t)(i * 40503u + 12345u);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F16, LOCKSTEP_SUM, a, a, b, NHALF), 0);
+    for (size_t i = 0; i < NHALF; i++) {
+        _Float16 x, y, got;
+        uint16_t xi = (uint16_t)i;
+        memcpy(&x, &xi, 2);
+        memcpy(&y, &b[i], 2);
+        memcpy(&got, &a[i], 2);
+        _Float16 want = (_Float16)((float)x + (float)y);
+        if (want != want)
+            CHECK(got != got);
+        else
+            CHECK(memcmp(&got, &want, 2) == 0);
+    }
+}
+
 int main(void)
 {
     watchdog(30);
@@ -78,6 +165,8 @@ int main(void)
     b2 = 0x3f80; /* 1.0: 2 + 1 = 3 exactly */
     CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, &bout, &b1, &b2, 1), 0);
     CHECK_EQ(bout, 0x4040);
+
+    check_halves();
 
     /* refused */
     CHECK_EQ(lockstep_reduce((lockstep_dtype_t)7, LOCKSTEP_SUM, out, a, b, n), -EINVAL);

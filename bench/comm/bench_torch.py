@@ -2,7 +2,8 @@
 interleaved. Run by `lockstep bench comm` when torch is importable, as:
     python -m lockstep.launch -n N bench_torch.py [quick]
 Rank 0 prints rows {"workload": "allreduce_torch_<N>r", "impl", "param": bytes, "unit": "us",
-"reps": [...]}, f32 sum, in place on a torch CPU tensor:
+"reps": [...]}, f32 sum, in place on a torch CPU tensor, and the same for bf16 tensors
+("allreduce_torch_bf16_<N>r", the message size in bytes again, without lockstep-op):
   gloo        torch.distributed.all_reduce(t) on a gloo process group
   lockstep    lockstep.Comm.allreduce(t)
   lockstep-op torch.ops.lockstep.all_reduce_(t, handle), the custom op torch.compile keeps
@@ -55,25 +56,30 @@ def main():
         "lockstep-op": lambda t: torch.ops.lockstep.all_reduce_(t, handle, "sum"),
         "lockstep-buffer": lambda t: comm.allreduce(t),  # given the tensor in the buffer
     }
-    nbytes = 4
-    while nbytes <= max_bytes:
-        t = torch.zeros(nbytes // 4, dtype=torch.float32)  # zeros: sums stay zero, no denormals
-        z = comm.buffer(nbytes // 4, torch.float32)
-        z.zero_()
-        arg = {name: z if name == "lockstep-buffer" else t for name in impls}
-        reps = {name: [] for name in impls}
-        # warm up every path; the time per call (the slowest rank's, so the same on every
-        # rank) sets each one's batch length
-        iters = {name: iters_for(batch(call, arg[name], 4)) for name, call in impls.items()}
-        for _ in range(REPS):
-            for name, call in impls.items():
-                reps[name].append(batch(call, arg[name], iters[name]))
-        if comm.rank == 0:
-            for name, r in reps.items():
-                print(json.dumps({"workload": f"allreduce_torch_{comm.size}r", "impl": name,
-                                  "param": nbytes, "unit": "us", "reps": r}), flush=True)
-        del z, arg  # the views go before close()
-        nbytes *= 4
+    # bf16: what tensor-parallel inference reduces; sizes in bytes as for f32
+    for dtype, workload, names in [
+            (torch.float32, f"allreduce_torch_{comm.size}r", list(impls)),
+            (torch.bfloat16, f"allreduce_torch_bf16_{comm.size}r", ["gloo", "lockstep", "lockstep-buffer"])]:
+        es = torch.tensor([], dtype=dtype).element_size()
+        nbytes = 4
+        while nbytes <= max_bytes:
+            t = torch.zeros(nbytes // es, dtype=dtype)  # zeros: sums stay zero, no denormals
+            z = comm.buffer(nbytes // es, dtype)
+            z.zero_()
+            arg = {name: z if name == "lockstep-buffer" else t for name in names}
+            reps = {name: [] for name in names}
+            # warm up every path; the time per call (the slowest rank's, so the same on
+            # every rank) sets each one's batch length
+            iters = {name: iters_for(batch(impls[name], arg[name], 4)) for name in names}
+            for _ in range(REPS):
+                for name in names:
+                    reps[name].append(batch(impls[name], arg[name], iters[name]))
+            if comm.rank == 0:
+                for name, r in reps.items():
+                    print(json.dumps({"workload": workload, "impl": name,
+                                      "param": nbytes, "unit": "us", "reps": r}), flush=True)
+            del z, arg  # the views go before close()
+            nbytes *= 4
     lt.unregister(handle)
     dist.destroy_process_group()
     comm.close()

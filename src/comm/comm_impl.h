@@ -184,13 +184,6 @@ void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);
 void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also,
                     int nalso, const void *const *in, int nin, size_t count);
 
-/* A few f32 or i32 elements (at most LS_FEW_WORDS; a tiny allreduce has 25 or fewer):
- * out = in[0] op ... op in[nin - 1] in plain loops through an accumulator on the
- * stack, so out may be any input. The same order and NaN rule as ls_reduce's kernels,
- * so the same bits, without its blocks and its kernel table's indirect calls, which
- * cost more than the arithmetic here: 2 ranks, 4 B allreduce 0.79-0.80x the time,
- * 16 B 0.91-0.93x (both libraries alternating in the same processes). Returns 0, or
- * -1 (nothing done) for other dtypes or more elements. */
 /* The ops on one element, a the accumulator: MAX and MIN keep a on ties and when
  * either side is NaN, as the vector max/min instructions do; i32 SUM wraps around.
  * Shared by ls_reduce's kernels (reduce.c) and ls_reduce_few, so both give the same bits. */
@@ -199,6 +192,13 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
 #define LS_OP_MAX(a, b) ((b) > (a) ? (b) : (a))
 #define LS_OP_MIN(a, b) ((b) < (a) ? (b) : (a))
 
+/* A few f32 or i32 elements (at most LS_FEW_WORDS; a tiny allreduce has 25 or fewer):
+ * out = in[0] op ... op in[nin - 1] in plain loops through an accumulator on the
+ * stack, so out may be any input. The same order and NaN rule as ls_reduce's kernels,
+ * so the same bits, without its blocks and its kernel table's indirect calls, which
+ * cost more than the arithmetic here: 2 ranks, 4 B allreduce 0.79-0.80x the time,
+ * 16 B 0.91-0.93x (both libraries alternating in the same processes). Returns 0, or
+ * -1 (nothing done) for other dtypes or more elements. */
 #define LS_FEW_WORDS 32
 #define LS_FEW_LOOP(T, a, expr)                                                                  \
     do {                                                                                         \

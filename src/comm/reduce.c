@@ -319,6 +319,15 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
 {
     if (count == 0 || nin <= 0 || (nalso == 0 && ls_reduce_few(dt, op, out, in, nin, count) == 0))
         return;
+    if (nin == 1) { /* a copy, whatever the dtype */
+        size_t bytes = count * lockstep_dtype_size(dt);
+        if (out != in[0])
+            memmove(out, in[0], bytes);
+        for (int k = 0; k < nalso; k++)
+            if (also[k] != out)
+                memcpy(also[k], out, bytes);
+        return;
+    }
     if (dt == LOCKSTEP_F32 || dt == LOCKSTEP_I32) {
         /* Blockwise, so that the block of out stays in L1 while every input is combined
          * into it: memory sees each input read once and out written once, instead of
@@ -336,10 +345,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
             for (int k = 0; k < nin; k++)
                 blk[k] = (const char *)in[k] + off * 4;
             int k = 2;
-            if (nin == 1) {
-                if (o != blk[0])
-                    memmove(o, blk[0], n * 4);
-            } else if (alias >= 2) { /* the inputs before out's own go to part first */
+            if (alias >= 2) { /* the inputs before out's own go to part first */
                 combine_words(kt, dt, part, blk[0], blk[1], n, op);
                 for (; k < alias; k++)
                     combine_words(kt, dt, part, part, blk[k], n, op);
@@ -361,12 +367,9 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
     float acc[HALF_BLOCK];
     for (size_t off = 0; off < count; off += HALF_BLOCK) {
         size_t n = count - off < HALF_BLOCK ? count - off : HALF_BLOCK;
-        const uint16_t *x = (const uint16_t *)in[0] + off, *y = (const uint16_t *)in[nin > 1] + off;
+        const uint16_t *x = (const uint16_t *)in[0] + off, *y = (const uint16_t *)in[1] + off;
         uint16_t *o = (uint16_t *)out + off;
-        if (nin == 1) {
-            if (o != x)
-                memmove(o, x, n * 2);
-        } else if (nin == 2) {
+        if (nin == 2) {
             h->pair(o, x, y, n, op);
         } else {
             h->first(acc, x, y, n, op);

@@ -173,9 +173,19 @@ int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv,
  * computed in f32 and rounded once; max and min give a where either side is NaN).
  * out may be a or b (the same start); no other overlap. For combining partial results
  * outside a communicator, as lockstep/comm_mpi.h does between nodes. Returns 0 or
- * -EINVAL (bad dtype or op, NULL buffers with count > 0, count too large, overlap). */
+ * -EINVAL (bad dtype or op, NULL buffers with count > 0, count too large, overlap,
+ * LOCKSTEP_ISA not known: see lockstep_reduce_isa). */
 int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const void *a, const void *b,
                     size_t count);
+
+/* The widest instruction set the reduction kernels use in this process: "avx512",
+ * "avx2" or "base". They are chosen once, at the first communicator or
+ * lockstep_reduce call, from what the CPU supports, capped by the environment
+ * variable LOCKSTEP_ISA (avx512, avx2 or base; unset or empty: no cap) when it is set.
+ * Every choice gives the same bits. NULL with errno EINVAL if LOCKSTEP_ISA holds
+ * anything else; lockstep_reduce then returns -EINVAL and lockstep_comm_create (and
+ * lockstep_comm_params_check, with a message) refuse too. */
+const char *lockstep_reduce_isa(void);
 
 /* This rank's shared buffer (params.buffer_bytes of it, rounded up to 4 KiB; *bytes
  * receives the size when bytes is not NULL), page-aligned and zero-filled at create,

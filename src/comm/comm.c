@@ -604,6 +604,7 @@ static int create_segment(const char *name, size_t total)
 int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_t len)
 {
     char dummy[1];
+    const char *bad_isa = "";
     if (!msg || !len) {
         msg = dummy;
         len = sizeof dummy;
@@ -627,6 +628,9 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
     else if (p->cpu_sharers && p->cpu_sharers < p->size)
         snprintf(msg, len, "cpu_sharers must be 0 (size) or at least size (got %d, size %d)", p->cpu_sharers,
                  p->size);
+    else if (ls_isa_cap(&bad_isa) < 0)
+        snprintf(msg, len, "environment variable LOCKSTEP_ISA must be avx512, avx2, base or unset (got \"%s\")",
+                 bad_isa);
     else {
         msg[0] = 0;
         return 0;
@@ -651,7 +655,7 @@ static void refuse_layout(int fd)
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
 {
     int err = EINVAL;
-    if (lockstep_comm_params_check(p, NULL, 0)) {
+    if (lockstep_comm_params_check(p, NULL, 0) || ls_reduce_ready() != 0) {
         errno = EINVAL;
         return NULL;
     }

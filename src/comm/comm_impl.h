@@ -237,6 +237,13 @@ static inline int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out
 }
 
 /* reduce.c */
+/* LOCKSTEP_ISA's cap on the kernels (0 base, 1 avx2, 2 avx512; unset: 2), or -1 with
+ * *bad (if bad) pointing at the value it does not know */
+int ls_isa_cap(const char **bad);
+/* Choose the kernels, once per process: 0, or -EINVAL if LOCKSTEP_ISA is not known
+ * (nothing chosen). lockstep_comm_create calls it, so a communicator's kernels are
+ * fixed before its first call. */
+int ls_reduce_ready(void);
 /* out = in[0] op ... op in[nin-1], and the result copied to also[0 .. nalso-1] too,
  * block by block while it is still in L1. An also[k] may be the in[j] that starts at
  * the same element (each block is read before it is written); out may be in[0], or

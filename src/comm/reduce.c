@@ -9,10 +9,14 @@
  * ISA dispatch: the f32/i32 loops are plain C that vectorises without -ffast-math
  * (no reduction across elements), compiled three times (AVX-512, AVX2, baseline) and
  * picked once per process by __builtin_cpu_supports; so are bf16's conversions. f16's
- * use F16C when available, else an exact scalar path. */
+ * use F16C when available, else an exact scalar path. LOCKSTEP_ISA caps the choice
+ * (avx512, avx2 or base), so that every set can be tested on one machine. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -267,35 +271,84 @@ struct kernels {
 
 #define LS_HALF_KERNELS(name) {name##_first, name##_accumulate, name##_last, name##_pair}
 
-/* Chosen once per process from what this CPU supports (a plain function pointer rather
- * than an ifunc, which would run before sanitizer runtimes are ready). */
-static const struct kernels *kernels(void)
+/* The widest kernels LOCKSTEP_ISA allows: ISA_AVX512 when it is unset or empty, -1
+ * (and *bad = the value) for anything but the three names, in any case. */
+enum { ISA_BASE, ISA_AVX2, ISA_AVX512 };
+static const char *const isa_names[] = {"base", "avx2", "avx512"};
+
+int ls_isa_cap(const char **bad)
 {
-    static struct kernels k;
-    static int ready; /* benign race: every thread computes the same table */
-    if (__atomic_load_n(&ready, __ATOMIC_ACQUIRE))
-        return &k;
+    const char *s = getenv("LOCKSTEP_ISA");
+    if (!s || !*s)
+        return ISA_AVX512;
+    for (int i = ISA_BASE; i <= ISA_AVX512; i++)
+        if (strcasecmp(s, isa_names[i]) == 0)
+            return i;
+    if (bad)
+        *bad = s;
+    return -1;
+}
+
+/* Chosen once per process (pthread_once) from what this CPU supports, up to
+ * LOCKSTEP_ISA's cap; a cap it does not know chooses nothing, and every later call
+ * refuses. A plain function pointer rather than an ifunc, which would run before
+ * sanitizer runtimes are ready. */
+static struct kernels k_table;
+static int k_isa = -1; /* the widest set k_table uses; -1: none chosen */
+static pthread_once_t k_once = PTHREAD_ONCE_INIT;
+
+static void choose_kernels(void)
+{
+    int cap = ls_isa_cap(NULL);
+    if (cap < 0)
+        return;
     struct kernels t = {f32_combine_base, i32_combine_base, LS_HALF_KERNELS(f16_base), LS_HALF_KERNELS(bf16_base)};
+    int isa = ISA_BASE;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    int avx2 = cap >= ISA_AVX2 && __builtin_cpu_supports("avx2");
+    if (cap >= ISA_AVX512 && __builtin_cpu_supports("avx512f")) {
         t.f32 = f32_combine_avx512;
         t.i32 = i32_combine_avx512;
-    } else if (__builtin_cpu_supports("avx2")) {
+        isa = ISA_AVX512;
+    } else if (avx2) {
         t.f32 = f32_combine_avx2;
         t.i32 = i32_combine_avx2;
+        isa = ISA_AVX2;
     }
-    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    if (cap >= ISA_AVX512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         t.bf16 = (struct half_kernels)LS_HALF_KERNELS(bf16_avx512);
-    else if (__builtin_cpu_supports("avx2"))
+    else if (avx2)
         t.bf16 = (struct half_kernels)LS_HALF_KERNELS(bf16_avx2);
     unsigned a, b, c, d; /* F16C from CPUID leaf 1 (clang 14's builtin does not know it) */
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2"))
+    if (avx2 && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C))
         t.f16 = (struct half_kernels)LS_HALF_KERNELS(f16_f16c);
 #endif
-    k = t;
-    __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
-    return &k;
+    k_table = t;
+    k_isa = isa;
+}
+
+int ls_reduce_ready(void)
+{
+    pthread_once(&k_once, choose_kernels);
+    return k_isa < 0 ? -EINVAL : 0;
+}
+
+/* Only reached through a communicator or lockstep_reduce, which call ls_reduce_ready
+ * first and stop if it fails. */
+static const struct kernels *kernels(void)
+{
+    return &k_table;
+}
+
+const char *lockstep_reduce_isa(void)
+{
+    int rc = ls_reduce_ready();
+    if (rc) {
+        errno = -rc;
+        return NULL;
+    }
+    return isa_names[k_isa];
 }
 
 /* out = a op b over n f32 or i32 elements; out may be a or b itself */
@@ -391,6 +444,9 @@ int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const v
     size_t n = count * es;
     if ((a != out && ls_overlap(a, out, n)) || (b != out && ls_overlap(b, out, n)))
         return -EINVAL; /* partial overlap */
+    int rc = ls_reduce_ready();
+    if (rc)
+        return rc;
     const void *in[2] = {a, b};
     ls_reduce(dtype, op, out, NULL, 0, in, 2, count);
     return 0;

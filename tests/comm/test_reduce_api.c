@@ -2,7 +2,10 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lockstep/comm.h"
 #include "../common/check.h"
@@ -94,9 +97,52 @@ static void check_halves(void)
     }
 }
 
-int main(void)
+/* The kernels lockstep_reduce_isa names: the widest this CPU has, capped by
+ * LOCKSTEP_ISA when the test runs under it (tests/CMakeLists.txt runs this program
+ * under every cap, so every kernel set runs here, not just the widest). */
+static void check_isa(void)
+{
+    const char *cap = getenv("LOCKSTEP_ISA");
+    int want = 0; /* 0 base, 1 avx2, 2 avx512 */
+#if defined(__x86_64__)
+    want = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+    if (cap && strcmp(cap, "avx2") == 0 && want > 1)
+        want = 1;
+    if (cap && strcmp(cap, "base") == 0)
+        want = 0;
+    const char *names[] = {"base", "avx2", "avx512"}, *isa = lockstep_reduce_isa();
+    CHECK(isa != NULL);
+    CHECK(strcmp(isa, names[want]) == 0);
+}
+
+/* Run under LOCKSTEP_ISA=sse9: every entry point refuses, and the message names the
+ * variable. */
+static int check_bad_isa(void)
+{
+    float a = 1, b = 2, out = 0;
+    errno = 0;
+    CHECK(lockstep_reduce_isa() == NULL);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, &out, &a, &b, 1), -EINVAL);
+    CHECK(out == 0);
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "isa%d", (int)getpid());
+    char msg[200];
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    CHECK(strstr(msg, "LOCKSTEP_ISA") != NULL && strstr(msg, "sse9") != NULL);
+    errno = 0;
+    CHECK(lockstep_comm_create(&p) == NULL);
+    CHECK_EQ(errno, EINVAL);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     watchdog(30);
+    if (argc > 1 && strcmp(argv[1], "bad-isa") == 0)
+        return check_bad_isa();
+    check_isa();
     enum { n = 37 }; /* a vector body and a tail */
     float a[n], b[n], out[n];
     int32_t ia[n], ib[n], iout[n];

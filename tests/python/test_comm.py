@@ -131,6 +131,17 @@ def test_zero_copy_allreduce_from_the_shared_buffer(size):
     assert_same_on_every_rank(run_ranks(zero_copy_body, size))
 
 
+def test_unknown_isa_cap_names_the_variable(monkeypatch):
+    monkeypatch.setenv("LOCKSTEP_ISA", "sse9")
+    with pytest.raises(ValueError, match=r'LOCKSTEP_ISA must be avx512, avx2, base or unset \(got "sse9"\)'):
+        lockstep.Comm(f"py-isa-{os.getpid()}", 0, 1)
+    monkeypatch.setenv("LOCKSTEP_ISA", "AVX2")  # any case
+    with lockstep.Comm(f"py-isa-{os.getpid()}", 0, 1) as c:
+        a = np.arange(5, dtype=np.float32)
+        c.allreduce(a)
+        assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
 def test_buffer_views_check_their_arguments():
     with lockstep.Comm(f"py-buf-{os.getpid()}", 0, 1, buffer_bytes=8192) as c:
         v = c.buffer((4, 8), "float32", offset=64)

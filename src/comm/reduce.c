@@ -29,6 +29,14 @@
  * the caller's buffer, which is also the output when the call is in place); any other
  * overlap between out and an input is not allowed. */
 
+/* The ops on one element, a the accumulator: MAX and MIN keep a on ties and when
+ * either side is NaN, as the vector max/min instructions do; i32 SUM wraps around.
+ * Shared by the kernels and ls_reduce_few, so both give the same bits. */
+#define LS_OP_SUM(a, b) ((a) + (b))
+#define LS_OP_SUM_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define LS_OP_MAX(a, b) ((b) > (a) ? (b) : (a))
+#define LS_OP_MIN(a, b) ((b) < (a) ? (b) : (a))
+
 /* ---- f32 / i32 combine: out = a op b --------------------------------------------- */
 
 /* One body, compiled once per ISA by the target attribute; the loops vectorise
@@ -362,6 +370,45 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
 }
 
 /* ---- the entry point --------------------------------------------------------------- */
+
+#define LS_FEW(T, OP)                                                                           \
+    do {                                                                                        \
+        T acc[LS_FEW_WORDS], *o = out;                                                          \
+        const T *x = in[0], *y = in[nin - 1];                                                   \
+        if (nin == 1) {                                                                         \
+            for (size_t i = 0; i < n; i++)                                                      \
+                o[i] = x[i];                                                                    \
+            return 0;                                                                           \
+        }                                                                                       \
+        if (nin > 2) {                                                                          \
+            for (size_t i = 0; i < n; i++)                                                      \
+                acc[i] = OP(x[i], ((const T *)in[1])[i]);                                       \
+            for (int k = 2; k < nin - 1; k++)                                                   \
+                for (size_t i = 0; i < n; i++)                                                  \
+                    acc[i] = OP(acc[i], ((const T *)in[k])[i]);                                 \
+            x = acc;                                                                            \
+        }                                                                                       \
+        for (size_t i = 0; i < n; i++)                                                          \
+            o[i] = OP(x[i], y[i]);                                                              \
+        return 0;                                                                               \
+    } while (0)
+int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n)
+{
+    if (n > LS_FEW_WORDS || nin < 1 || (dt != LOCKSTEP_F32 && dt != LOCKSTEP_I32))
+        return -1;
+    if (dt == LOCKSTEP_F32 && op == LOCKSTEP_SUM)
+        LS_FEW(float, LS_OP_SUM);
+    if (dt == LOCKSTEP_F32 && op == LOCKSTEP_MAX)
+        LS_FEW(float, LS_OP_MAX);
+    if (dt == LOCKSTEP_F32)
+        LS_FEW(float, LS_OP_MIN);
+    if (op == LOCKSTEP_SUM)
+        LS_FEW(int32_t, LS_OP_SUM_I32);
+    if (op == LOCKSTEP_MAX)
+        LS_FEW(int32_t, LS_OP_MAX);
+    LS_FEW(int32_t, LS_OP_MIN);
+}
+
 
 #define HALF_BLOCK 1024
 

@@ -183,6 +183,12 @@ int main(int argc, char **argv)
         CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, (lockstep_op_t)op, imany, w, ib, n), 0);
         CHECK_EQ(lockstep_reduce(LOCKSTEP_I32, (lockstep_op_t)op, ifew, w, ib, few), 0);
         CHECK(memcmp(ifew, imany, sizeof ifew) == 0);
+        float fa[few], fb[few]; /* in place, out being either input */
+        memcpy(fa, a, sizeof fa);
+        memcpy(fb, b, sizeof fb);
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, (lockstep_op_t)op, fa, fa, b, few), 0);
+        CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, (lockstep_op_t)op, fb, a, fb, few), 0);
+        CHECK(memcmp(fa, ffew, sizeof fa) == 0 && memcmp(fb, ffew, sizeof fb) == 0);
         if (op == LOCKSTEP_SUM)
             CHECK_EQ(ifew[1], INT32_MIN + 1); /* INT32_MAX + 2 wraps */
         if (op == LOCKSTEP_MAX)

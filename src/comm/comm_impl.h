@@ -196,7 +196,7 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
  * than a 4 B one (without it, 2 ranks, 8-96 B: 0.72-0.84x the time). And not inline:
  * inlined, its vectorised loops doubled lockstep_comm_allreduce and made 4 B calls
  * slower. (All figures: both libraries alternating in the same processes.) Returns 0,
- * or -1 (nothing done) for other dtypes or more elements. */
+ * or -1 (nothing done) for other dtypes, more elements or fewer than two inputs. */
 #define LS_FEW_WORDS 32
 int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n);
 

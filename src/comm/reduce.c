@@ -371,15 +371,11 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
 
 /* ---- the entry point --------------------------------------------------------------- */
 
+/* ls_reduce_few's body for one element type and op (see comm_impl.h) */
 #define LS_FEW(T, OP)                                                                           \
     do {                                                                                        \
         T acc[LS_FEW_WORDS], *o = out;                                                          \
         const T *x = in[0], *y = in[nin - 1];                                                   \
-        if (nin == 1) {                                                                         \
-            for (size_t i = 0; i < n; i++)                                                      \
-                o[i] = x[i];                                                                    \
-            return 0;                                                                           \
-        }                                                                                       \
         if (nin > 2) {                                                                          \
             for (size_t i = 0; i < n; i++)                                                      \
                 acc[i] = OP(x[i], ((const T *)in[1])[i]);                                       \
@@ -394,8 +390,8 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
     } while (0)
 int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n)
 {
-    if (n > LS_FEW_WORDS || nin < 1 || (dt != LOCKSTEP_F32 && dt != LOCKSTEP_I32))
-        return -1;
+    if (n > LS_FEW_WORDS || nin < 2 || (dt != LOCKSTEP_F32 && dt != LOCKSTEP_I32))
+        return -1; /* one input: ls_reduce's copy */
     if (dt == LOCKSTEP_F32 && op == LOCKSTEP_SUM)
         LS_FEW(float, LS_OP_SUM);
     if (dt == LOCKSTEP_F32 && op == LOCKSTEP_MAX)
@@ -408,7 +404,6 @@ int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *
         LS_FEW(int32_t, LS_OP_MAX);
     LS_FEW(int32_t, LS_OP_MIN);
 }
-
 
 #define HALF_BLOCK 1024
 

@@ -179,12 +179,13 @@ int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const v
                     size_t count);
 
 /* The widest instruction set the reduction kernels use in this process: "avx512",
- * "avx2" or "base". They are chosen once, at the first communicator or
- * lockstep_reduce call, from what the CPU supports, capped by the environment
+ * "avx2" or "base". They are chosen once, at the first communicator, lockstep_reduce
+ * or lockstep_reduce_isa call, from what the CPU supports, capped by the environment
  * variable LOCKSTEP_ISA (avx512, avx2 or base; unset or empty: no cap) when it is set.
- * Every choice gives the same bits. NULL with errno EINVAL if LOCKSTEP_ISA holds
+ * Every choice gives the same bits. NULL with errno EINVAL while LOCKSTEP_ISA holds
  * anything else; lockstep_reduce then returns -EINVAL and lockstep_comm_create (and
- * lockstep_comm_params_check, with a message) refuse too. */
+ * lockstep_comm_params_check, with a message) refuse too. Nothing is chosen then: the
+ * first call after the variable is fixed chooses. */
 const char *lockstep_reduce_isa(void);
 
 /* This rank's shared buffer (params.buffer_bytes of it, rounded up to 4 KiB; *bytes

@@ -27,6 +27,8 @@ different collectives), CommCancelledError (another rank abandoned the call). Af
 of these the communicator is broken on every rank. Ctrl-C (or any signal handler that
 raises) interrupts a call that waits for peers within about 10 ms: that rank gets the
 handler's exception (KeyboardInterrupt), the others CommCancelledError.
+lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
+environment variable (avx512, avx2 or base) caps it.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError
 (not a buffer, unsupported dtype).
 
@@ -40,8 +42,17 @@ from ._lockstep import (BadFileError, CommCancelledError, CommError, CommTimeout
 from .load import load
 
 __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "CommCancelledError",
-           "load", "LoadError", "BadFileError", "LoadCancelled", "__version__"]
+           "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__"]
 __version__ = _lockstep.version
+
+
+def reduce_isa():
+    """The instruction set of the reduction kernels in this process: "avx512", "avx2" or
+    "base", from what the CPU supports, capped by the LOCKSTEP_ISA environment variable
+    (chosen once, at the first call or communicator). Every choice gives the same bits.
+    Raises ValueError while LOCKSTEP_ISA holds anything but those names."""
+    return _lockstep.reduce_isa()
+
 
 _ORDERS = {"linear": 0, "rotated": 1, "random": 2, "topology": 3}
 _XFERS = {"pull": 0, "push": 1}

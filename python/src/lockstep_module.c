@@ -4,6 +4,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "load_module.h"
@@ -510,8 +511,23 @@ static PyObject *mod_env_params(PyObject *m, PyObject *unused)
     return Py_BuildValue("(sii)", p.job, p.rank, p.size);
 }
 
+static PyObject *mod_reduce_isa(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    const char *isa = lockstep_reduce_isa();
+    if (isa)
+        return PyUnicode_FromString(isa);
+    const char *v = getenv("LOCKSTEP_ISA");
+    PyErr_Format(PyExc_ValueError, "environment variable LOCKSTEP_ISA must be avx512, avx2, base or unset (got \"%s\")",
+                 v ? v : "");
+    return NULL;
+}
+
 static PyMethodDef mod_methods[] = {
     {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
+    {"reduce_isa", mod_reduce_isa, METH_NOARGS,
+     "reduce_isa() -> 'avx512', 'avx2' or 'base': the reduction kernels' instruction set in this process"},
     {"_set_allreduce_other", mod_set_allreduce_other, METH_O, "fn(comm, obj, op code) for non-buffers"},
     {NULL, NULL, 0, NULL}};
 

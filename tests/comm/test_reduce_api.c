@@ -134,6 +134,15 @@ static int check_bad_isa(void)
     errno = 0;
     CHECK(lockstep_comm_create(&p) == NULL);
     CHECK_EQ(errno, EINVAL);
+    /* the refusals chose nothing: once the variable is fixed, the next call chooses */
+    CHECK_EQ(setenv("LOCKSTEP_ISA", "base", 1), 0);
+    const char *isa = lockstep_reduce_isa();
+    CHECK(isa != NULL && strcmp(isa, "base") == 0);
+    CHECK_EQ(lockstep_reduce(LOCKSTEP_F32, LOCKSTEP_SUM, &out, &a, &b, 1), 0);
+    CHECK(out == 3);
+    CHECK_EQ(setenv("LOCKSTEP_ISA", "sse9", 1), 0); /* and then it stays */
+    isa = lockstep_reduce_isa();
+    CHECK(isa != NULL && strcmp(isa, "base") == 0);
     return 0;
 }
 

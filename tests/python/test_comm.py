@@ -142,6 +142,48 @@ def test_unknown_isa_cap_names_the_variable(monkeypatch):
         assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
+def _cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _isa_in_new_process(env_value):
+    """lockstep.reduce_isa() in a fresh interpreter (the kernels are chosen once per
+    process), with LOCKSTEP_ISA set to env_value (None: unset)"""
+    env = dict(os.environ)
+    env.pop("LOCKSTEP_ISA", None)
+    if env_value is not None:
+        env["LOCKSTEP_ISA"] = env_value
+    code = textwrap.dedent("""
+        import os, lockstep
+        try:
+            print(lockstep.reduce_isa())
+        except ValueError as e:
+            print("ValueError:", e)
+            os.environ["LOCKSTEP_ISA"] = "base"  # fixed: the next call chooses
+            print(lockstep.reduce_isa())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_reduce_isa_names_the_kernels_and_follows_the_cap():
+    flags = _cpu_flags()
+    widest = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "base"
+    assert _isa_in_new_process(None) == [widest]
+    assert _isa_in_new_process("") == [widest]
+    assert _isa_in_new_process("base") == ["base"]
+    assert _isa_in_new_process("AVX2") == ["avx2" if "avx2" in flags else "base"]
+    assert _isa_in_new_process("avx512") == [widest]
+    out = _isa_in_new_process("sse9")
+    assert out == ['ValueError: environment variable LOCKSTEP_ISA must be avx512, avx2, base or unset (got "sse9")',
+                   "base"]
+
+
 def test_buffer_views_check_their_arguments():
     with lockstep.Comm(f"py-buf-{os.getpid()}", 0, 1, buffer_bytes=8192) as c:
         v = c.buffer((4, 8), "float32", offset=64)

@@ -206,6 +206,15 @@ const char *lockstep_reduce_isa(void);
  * NULL with errno EINVAL (no communicator) or ENOENT (params.buffer_bytes was 0). */
 void *lockstep_comm_buffer(lockstep_comm_t *comm, size_t *bytes);
 
+/* The peers this rank visits in a broadcast or allgather with `order`, in that
+ * order: the other size - 1 ranks, written to peers[0 .. size - 2]. LINEAR: 0, 1, ...;
+ * ROTATED: rank + 1, rank + 2, ... wrapping; RANDOM: a fresh shuffle, drawn as a call
+ * draws it; TOPOLOGY: ranks on this rank's CPU first, then its SMT siblings, its L3,
+ * its NUMA node, the rest (ties in ROTATED order), from the CPUs the ranks ran on
+ * when they created the communicator. Returns 0, or -EINVAL (NULL comm or peers, an
+ * unknown order). */
+int lockstep_comm_peers(lockstep_comm_t *comm, lockstep_order_t order, int *peers);
+
 /* Copy root's buf (bytes) into every other rank's buf. order and xfer are
  * lockstep_order_t and lockstep_xfer_t; every rank must pass the same xfer (else
  * -LOCKSTEP_EMISMATCH), the order may differ. */

@@ -430,6 +430,14 @@ void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out)
     }
 }
 
+int lockstep_comm_peers(lockstep_comm_t *c, lockstep_order_t order, int *peers)
+{
+    if (!c || !peers || (unsigned)order > LOCKSTEP_ORDER_TOPOLOGY)
+        return -EINVAL;
+    ls_comm_order(c, order, peers);
+    return 0;
+}
+
 /* ---- topology: peers nearest first ---------------------------------------------------- */
 
 /* Does the cpulist file (e.g. "0-3,8") name cpu? -1 when unreadable. */

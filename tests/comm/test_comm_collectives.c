@@ -4,6 +4,8 @@
  * rank order, and are bit-identical on every rank. */
 #include "comm_harness.h"
 
+#include <sched.h>
+
 static uint64_t rng_state;
 static uint32_t rnd(void)
 {
@@ -490,6 +492,83 @@ static int body(int rank, int size, const char *job)
     return bad;
 }
 
+/* 1 when p[0 .. size - 2] holds every rank but me once */
+static int others_once(const int *p, int size, int me)
+{
+    int seen[MAX_TEST_RANKS] = {0};
+    for (int i = 0; i < size - 1; i++) {
+        if (p[i] < 0 || p[i] >= size || p[i] == me || seen[p[i]])
+            return 0;
+        seen[p[i]] = 1;
+    }
+    return 1;
+}
+
+/* lockstep_comm_peers: LINEAR and ROTATED exactly; RANDOM a permutation that changes
+ * from draw to draw; TOPOLOGY with every rank pinned to CPU rank % n of the n this
+ * process may use: the ranks on my CPU first, in rotated order, then the others (in
+ * rotated order too when there are only two CPUs, as all of them are equally far). */
+static int peers_body(int rank, int size, const char *job)
+{
+    cpu_set_t allowed, one;
+    CHECK_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cpus[CPU_SETSIZE], ncpu = 0;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &allowed))
+            cpus[ncpu++] = i;
+    CHECK(ncpu > 0);
+    CPU_ZERO(&one);
+    CPU_SET(cpus[rank % ncpu], &one);
+    CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    CHECK(c != NULL);
+    int p[MAX_TEST_RANKS], first[MAX_TEST_RANKS], n = 0;
+    CHECK_EQ(lockstep_comm_peers(NULL, LOCKSTEP_ORDER_LINEAR, p), -EINVAL);
+    CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_LINEAR, NULL), -EINVAL);
+    CHECK_EQ(lockstep_comm_peers(c, (lockstep_order_t)4, p), -EINVAL);
+
+    CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_LINEAR, p), 0);
+    for (int r = 0; r < size; r++)
+        if (r != rank)
+            CHECK_EQ(p[n++], r);
+    CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_ROTATED, p), 0);
+    for (int i = 0; i < size - 1; i++)
+        CHECK_EQ(p[i], (rank + 1 + i) % size);
+
+    int changed = 0;
+    CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_RANDOM, first), 0);
+    CHECK(others_once(first, size, rank));
+    for (int d = 0; d < 20; d++) {
+        CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_RANDOM, p), 0);
+        CHECK(others_once(p, size, rank));
+        changed |= memcmp(p, first, sizeof(int) * (size_t)(size - 1)) != 0;
+    }
+    CHECK(changed || size < 3);
+
+    CHECK_EQ(lockstep_comm_peers(c, LOCKSTEP_ORDER_TOPOLOGY, p), 0);
+    CHECK(others_once(p, size, rank));
+    int want[MAX_TEST_RANKS];
+    n = 0;
+    for (int pass = 0; pass < 2; pass++) /* my CPU's ranks, then the rest, each rotated */
+        for (int i = 1; i < size; i++) {
+            int r = (rank + i) % size;
+            if ((r % ncpu == rank % ncpu) == (pass == 0))
+                want[n++] = r;
+        }
+    int same = 0;
+    while (same < size - 1 && want[same] % ncpu == rank % ncpu)
+        same++;
+    for (int i = 0; i < (ncpu <= 2 ? size - 1 : same); i++)
+        if (p[i] != want[i]) {
+            fprintf(stderr, "rank %d (CPU %d of %d): topology order has rank %d at %d, not %d\n", rank,
+                    cpus[rank % ncpu], ncpu, p[i], i, want[i]);
+            return 1;
+        }
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    lockstep_comm_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int size = argc > 1 ? atoi(argv[1]) : 2;
@@ -498,6 +577,11 @@ int main(int argc, char **argv)
     watchdog(900);
     char job[96];
     harness_job(job, sizeof job, "coll");
+    if (argc > 2 && strcmp(argv[2], "peers") == 0) {
+        CHECK_EQ(harness_run(peers_body, size, job, 120, 0), 0);
+        CHECK_EQ(shm_entries_with(job), 0);
+        return 0;
+    }
     CHECK_EQ(harness_run(body, size, job, 850, 0), 0);
     struct shared_page *page = harness_page();
     for (int r = 1; r < size; r++)

@@ -185,7 +185,10 @@ class Comm:
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
         """Copy root's buf into every rank's buf (same byte length everywhere)."""
-        self._c.broadcast(_bytes_view(buf), int(root), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        root = int(root)
+        if not 0 <= root < self.size:
+            raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
+        self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
 
     def allgather(self, send, recv, order="linear", xfer="pull"):
         """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank."""

@@ -239,8 +239,16 @@ def test_bad_buffers_raise_what_to_fix():
             c.broadcast(np.zeros(4, np.uint8), order="sideways")
         with pytest.raises(ValueError, match="size \\* len"):
             c.allgather(np.zeros(4, np.uint8), np.zeros(3, np.uint8))
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="root must be a rank from 0 to 0, not 5"):
             c.broadcast(np.zeros(4, np.uint8), root=5)
+        with pytest.raises(ValueError, match="root must be a rank from 0 to 0, not -1"):
+            c.broadcast(np.zeros(4, np.uint8), root=-1)
+        with pytest.raises(ValueError, match="allgather's send must be a C-contiguous buffer"):
+            c.allgather(np.zeros((4, 4), np.uint8)[:, ::2], np.zeros(8, np.uint8))
+    with pytest.raises(ValueError, match="job must be 1 to 200 characters"):
+        lockstep.Comm("", 0, 1)
+    with pytest.raises(ValueError, match="job must be 1 to 200 characters"):
+        lockstep.Comm("x" * 201, 0, 1)
     with pytest.raises(ValueError, match="rank"):
         lockstep.Comm("x", 3, 2)
     with pytest.raises(ValueError, match="timeout"):
@@ -368,6 +376,18 @@ def test_from_env_without_a_launcher_says_what_to_do():
     code = "import lockstep\ntry:\n lockstep.Comm.from_env()\nexcept RuntimeError as e:\n print(e)\n"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60).stdout
     assert "lockstep.launch" in out
+
+
+def test_from_env_with_a_bad_variable_names_it(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCKSTEP_RANK", "LOCKSTEP_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    with pytest.raises(ValueError, match="environment variable LOCAL_RANK is missing or not a valid rank/size"):
+        lockstep.Comm.from_env()
+    monkeypatch.setenv("LOCAL_RANK", "2")  # not below the size: the size is blamed
+    with pytest.raises(ValueError, match="environment variable LOCAL_WORLD_SIZE is missing or not a valid"):
+        lockstep.Comm.from_env()
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")

@@ -195,6 +195,12 @@ class Comm:
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
         return recv
 
+    def peers(self, order="linear"):
+        """The other ranks, in the order a broadcast or allgather with this order visits
+        them from this rank ("topology": ranks on this CPU first, then SMT siblings,
+        same L3, same NUMA node)."""
+        return self._c.peers(_code(_ORDERS, order, "order"))
+
     def barrier(self):
         self._c.barrier()
 

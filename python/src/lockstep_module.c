@@ -404,6 +404,24 @@ static PyObject *comm_barrier(CommObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *comm_peers(CommObject *self, PyObject *arg)
+{
+    long order = PyLong_AsLong(arg);
+    if (order == -1 && PyErr_Occurred())
+        return NULL;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    int peers[LOCKSTEP_COMM_MAX_RANKS], n = lockstep_comm_size(c) - 1;
+    int rc = lockstep_comm_peers(c, (lockstep_order_t)order, peers);
+    if (rc)
+        return raise_code(rc, "peers");
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++)
+        PyList_SET_ITEM(list, i, PyLong_FromLong(peers[i]));
+    return list;
+}
+
 /* bench_allreduce(count, iters) -> mean ns per C call: the reference the Python call's
  * overhead is measured against (lockstep bench comm, python_overhead rows). Every rank
  * must make the same call. */
@@ -467,6 +485,7 @@ static PyMethodDef comm_methods[] = {
     {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
     {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
     {"barrier", (PyCFunction)comm_barrier, METH_NOARGS, "barrier()"},
+    {"peers", (PyCFunction)comm_peers, METH_O, "peers(order) -> the other ranks, in the order a broadcast visits them"},
     {"bench_allreduce", (PyCFunction)comm_bench_allreduce, METH_VARARGS, "bench_allreduce(count, iters) -> ns per C call"},
     {"close", (PyCFunction)comm_close, METH_NOARGS, "close()"},
     {NULL, NULL, 0, NULL}};
@@ -504,8 +523,9 @@ static PyObject *mod_env_params(PyObject *m, PyObject *unused)
         return NULL;
     }
     if (rc) {
-        PyErr_Format(PyExc_ValueError, "environment variable %s is missing or not a valid rank/size",
-                     lockstep_comm_env_error());
+        PyErr_Format(PyExc_ValueError,
+                     "environment variable %s is missing or not valid (a size is 1 to %d, a rank 0 to size - 1)",
+                     lockstep_comm_env_error(), LOCKSTEP_COMM_MAX_RANKS);
         return NULL;
     }
     return Py_BuildValue("(sii)", p.job, p.rank, p.size);

@@ -121,23 +121,30 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
     };
     for (unsigned i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         int rank = 0, size = 0;
-        int hr = env_int(sets[i].rank, &rank), hs = env_int(sets[i].size, &size);
+        const char *rn = sets[i].rank, *sn = sets[i].size; /* the pair in use */
+        int hr = env_int(rn, &rank), hs = env_int(sn, &size);
         if (hr < 0 || hs < 0)
             return -EINVAL;
         if (hr == 0 && sets[i].alt_rank) { /* torchrun without LOCAL_*: one node assumed */
-            hr = env_int(sets[i].alt_rank, &rank);
-            hs = env_int(sets[i].alt_size, &size);
+            rn = sets[i].alt_rank;
+            sn = sets[i].alt_size;
+            hr = env_int(rn, &rank);
+            hs = env_int(sn, &size);
             if (hr < 0 || hs < 0)
                 return -EINVAL;
         }
         if (hr == 0 && hs == 0)
             continue;
-        if (hr == 0 || hs == 0) {
-            snprintf(env_error, sizeof env_error, "%s", hr == 0 ? sets[i].rank : sets[i].size);
-            return -EINVAL;
-        }
-        if (size < 1 || rank >= size || size > LOCKSTEP_COMM_MAX_RANKS) {
-            snprintf(env_error, sizeof env_error, "%s", sets[i].size);
+        /* blame what is missing, else an impossible size, else a rank past the size */
+        const char *bad = NULL;
+        if (hr == 0)
+            bad = rn;
+        else if (hs == 0 || size < 1 || size > LOCKSTEP_COMM_MAX_RANKS)
+            bad = sn;
+        else if (rank >= size)
+            bad = rn;
+        if (bad) {
+            snprintf(env_error, sizeof env_error, "%s", bad);
             return -EINVAL;
         }
         p->rank = rank;

@@ -492,8 +492,16 @@ static void test_env(void)
     setenv("LOCAL_RANK", "one", 1);
     CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
     CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_RANK") == 0);
-    setenv("LOCAL_RANK", "4", 1); /* rank >= size */
+    setenv("LOCAL_RANK", "4", 1); /* rank >= size: the rank is blamed */
     CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_RANK") == 0);
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "0", 1); /* no ranks at all: the size */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_WORLD_SIZE") == 0);
+    setenv("LOCAL_WORLD_SIZE", "257", 1); /* past LOCKSTEP_COMM_MAX_RANKS */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_WORLD_SIZE") == 0);
     unsetenv("LOCAL_WORLD_SIZE");
     setenv("LOCAL_RANK", "0", 1);
     CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL); /* half a set */
@@ -505,6 +513,12 @@ static void test_env(void)
     CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
     CHECK_EQ(p.rank, 2);
     CHECK_EQ(p.size, 3);
+    setenv("RANK", "3", 1); /* torchrun's global pair in use: its names are blamed */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "RANK") == 0);
+    unsetenv("WORLD_SIZE");
+    CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
+    CHECK(strcmp(lockstep_comm_env_error(), "WORLD_SIZE") == 0);
 
     clear_env();
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);

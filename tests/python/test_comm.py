@@ -378,15 +378,38 @@ def test_from_env_without_a_launcher_says_what_to_do():
     assert "lockstep.launch" in out
 
 
+def peers_body(rank, size, job):
+    with lockstep.Comm(job, rank, size) as c:
+        out = {o: c.peers(o) for o in ("linear", "rotated", "random", "topology")}
+        with pytest.raises(ValueError, match="order must be one of"):
+            c.peers("nearest")
+        c.barrier()
+    return out
+
+
+def test_peers_lists_the_send_order():
+    for rank, got in run_ranks(peers_body, 3).items():
+        others = [r for r in range(3) if r != rank]
+        assert got["linear"] == others
+        assert got["rotated"] == [(rank + 1) % 3, (rank + 2) % 3]
+        assert sorted(got["random"]) == others and sorted(got["topology"]) == others
+    with lockstep.Comm(f"py-peers-{os.getpid()}", 0, 1) as c:
+        assert c.peers("topology") == []
+
+
 def test_from_env_with_a_bad_variable_names_it(monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "LOCKSTEP_RANK", "LOCKSTEP_SIZE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "abc")
-    with pytest.raises(ValueError, match="environment variable LOCAL_RANK is missing or not a valid rank/size"):
+    msg = r"environment variable {} is missing or not valid \(a size is 1 to 256, a rank 0 to size - 1\)"
+    with pytest.raises(ValueError, match=msg.format("LOCAL_RANK")):
         lockstep.Comm.from_env()
-    monkeypatch.setenv("LOCAL_RANK", "2")  # not below the size: the size is blamed
-    with pytest.raises(ValueError, match="environment variable LOCAL_WORLD_SIZE is missing or not a valid"):
+    monkeypatch.setenv("LOCAL_RANK", "2")  # not below the size
+    with pytest.raises(ValueError, match=msg.format("LOCAL_RANK")):
+        lockstep.Comm.from_env()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "0")
+    with pytest.raises(ValueError, match=msg.format("LOCAL_WORLD_SIZE")):
         lockstep.Comm.from_env()
 
 

@@ -405,27 +405,27 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
     } while (0)
 /* ls_reduce_few's body for bf16: widened, combined in f32 in rank order, rounded once,
  * as the half kernels do */
-#define LS_FEW_HALF(WIDEN, NARROW, OP)                                                          \
+#define LS_FEW_BF16(OP)                                                                         \
     do {                                                                                        \
         float acc[LS_FEW_HALVES];                                                               \
         const uint16_t *x = in[0], *y = in[1];                                                  \
         uint16_t *o = out;                                                                      \
         for (size_t i = 0; i < n; i++)                                                          \
-            acc[i] = OP(WIDEN(x[i]), WIDEN(y[i]));                                              \
+            acc[i] = OP(bf16_widen1(x[i]), bf16_widen1(y[i]));                                  \
         for (int k = 2; k < nin; k++)                                                           \
             for (size_t i = 0; i < n; i++)                                                      \
-                acc[i] = OP(acc[i], WIDEN(((const uint16_t *)in[k])[i]));                       \
+                acc[i] = OP(acc[i], bf16_widen1(((const uint16_t *)in[k])[i]));                 \
         for (size_t i = 0; i < n; i++)                                                          \
-            o[i] = NARROW(acc[i]);                                                              \
+            o[i] = bf16_narrow1(acc[i]);                                                        \
         return 0;                                                                               \
     } while (0)
 static int few_bf16(lockstep_op_t op, void *out, const void *const *in, int nin, size_t n)
 {
     if (op == LOCKSTEP_SUM)
-        LS_FEW_HALF(bf16_widen1, bf16_narrow1, LS_OP_SUM);
+        LS_FEW_BF16(LS_OP_SUM);
     if (op == LOCKSTEP_MAX)
-        LS_FEW_HALF(bf16_widen1, bf16_narrow1, LS_OP_MAX);
-    LS_FEW_HALF(bf16_widen1, bf16_narrow1, LS_OP_MIN);
+        LS_FEW_BF16(LS_OP_MAX);
+    LS_FEW_BF16(LS_OP_MIN);
 }
 
 int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n)

@@ -4,7 +4,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "load_module.h"
@@ -538,9 +538,15 @@ static PyObject *mod_reduce_isa(PyObject *m, PyObject *unused)
     const char *isa = lockstep_reduce_isa();
     if (isa)
         return PyUnicode_FromString(isa);
-    const char *v = getenv("LOCKSTEP_ISA");
-    PyErr_Format(PyExc_ValueError, "environment variable LOCKSTEP_ISA must be avx512, avx2, base or unset (got \"%s\")",
-                 v ? v : "");
+    /* the refusal's message is the one the communicator's check gives: only the
+     * variable can fail it for a valid one-rank communicator */
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    snprintf(p.job, sizeof p.job, "isa");
+    p.rank = 0;
+    p.size = 1;
+    char msg[256];
+    lockstep_comm_params_check(&p, msg, sizeof msg);
+    PyErr_SetString(PyExc_ValueError, msg);
     return NULL;
 }
 

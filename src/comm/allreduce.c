@@ -103,8 +103,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
             return rc;
         for (int k = 0; k < N; k++)
             in[k] = ls_ctl(c, k)->ann[b].data + at;
-        if (ls_reduce_few(dtype, op, recv, in, N, count) != 0)
-            ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
+        ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;
     }
 

@@ -187,9 +187,9 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
 /* reduce.c */
 /* A few f32 or i32 elements (at most LS_FEW_WORDS; a tiny allreduce has 25 or fewer),
  * or bf16 ones (at most LS_FEW_HALVES, combined in f32 and rounded once):
- * out = in[0] op ... op in[nin - 1] in plain loops. Inputs 0 .. nin - 2 go through an
- * accumulator on the stack and only the last loop writes out, each element after
- * reading it, so out may be any input. The same order and NaN rule as ls_reduce's
+ * out = in[0] op ... op in[nin - 1] in plain loops. The inputs go through an
+ * accumulator on the stack (f32/i32: all but the last) and only the last loop writes
+ * out, each element after reading it, so out may be any input. The same order and NaN rule as ls_reduce's
  * kernels, so the same bits, without its blocks and its kernel table's indirect calls,
  * which cost more than the arithmetic here (2 ranks, 4 B allreduce 0.79-0.80x the
  * time, 16 B 0.91-0.93x). No memcpy of n * 4 bytes, which GCC makes a rep movs when n
@@ -197,8 +197,8 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
  * than a 4 B one (without it, 2 ranks, 8-96 B: 0.72-0.84x the time). And not inline:
  * inlined, its vectorised loops doubled lockstep_comm_allreduce and made 4 B calls
  * slower. bf16, 2 ranks: 4 B 0.76x the time, 16-100 B 0.93-0.97x. (All figures: both
- * libraries alternating in the same processes.) Returns 0,
- * or -1 (nothing done) for other dtypes, more elements or fewer than two inputs. */
+ * libraries alternating in the same processes.) ls_reduce tries it first. Returns 0, or
+ * -1 (nothing done) for other dtypes, more elements or fewer than two inputs. */
 #define LS_FEW_WORDS 32
 #define LS_FEW_HALVES 64 /* bf16 elements; a tiny allreduce has 50 or fewer */
 int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n);

@@ -1,13 +1,19 @@
-"""torch.ops.lockstep.all_reduce_: lockstep's allreduce as a torch custom op, so that
-torch.compile keeps the call in the graph instead of breaking it.
+"""lockstep's collectives as torch custom ops, so that torch.compile keeps the calls in
+the graph instead of breaking it.
 
     import lockstep.torch_ops as lt
     handle = lt.register(comm)                       # once per communicator
-    torch.ops.lockstep.all_reduce_(tensor, handle, "sum")
+    torch.ops.lockstep.all_reduce_(tensor, handle, "sum")    # in place
+    torch.ops.lockstep.broadcast_(tensor, handle, 0)         # in place, from rank 0
+    out = torch.ops.lockstep.all_gather(tensor, handle, -1)  # a new tensor: every rank's
+                                                             # tensor, concatenated along
+                                                             # that dim (as torch.cat)
 
-The op mutates its tensor in place and returns nothing; its fake (meta)
-implementation does nothing, which is all tracing needs. It has no backward: on a
-tensor that requires grad, call it under torch.no_grad() or torch.inference_mode().
+all_reduce_ and broadcast_ change their tensor in place and return nothing;
+all_gather takes any dtype and any layout (a non-contiguous input is copied first)
+and returns a new contiguous tensor. Their fake (meta) implementations only give the
+output's shape, which is all tracing needs. They have no backward: on a tensor that
+requires grad, call them under torch.no_grad() or torch.inference_mode().
 
 The op is defined through torch.library.Library (a schema and one kernel) rather than
 the torch.library.custom_op decorator, whose Python autograd and view-tracking layers
@@ -31,23 +37,72 @@ def unregister(handle):
     _comms.pop(handle, None)
 
 
-def all_reduce_(tensor, handle, op="sum"):
-    """The op's kernel (every device; lockstep itself refuses non-CPU tensors)."""
+def _comm(handle):
     comm = _comms.get(handle)
     if comm is None:
         raise ValueError(f"no communicator registered under handle {handle}: call lockstep.torch_ops.register(comm)")
+    return comm
+
+
+def _no_grad(tensor, name):
     if tensor.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError("torch.ops.lockstep.all_reduce_ has no backward: call it under torch.no_grad() "
+        raise RuntimeError(f"torch.ops.lockstep.{name} has no backward: call it under torch.no_grad() "
                            "or torch.inference_mode(), or on a tensor that does not require grad")
+
+
+def all_reduce_(tensor, handle, op="sum"):
+    """The op's kernel (every device; lockstep itself refuses non-CPU tensors)."""
+    comm = _comm(handle)
+    _no_grad(tensor, "all_reduce_")
     comm.allreduce(tensor, op)
     _bump((tensor,))  # changed in place: autograd's version counter must say so (a tuple: 0.3 us, a bare tensor 7)
 
 
-def _fake(tensor, handle, op="sum"):
+def broadcast_(tensor, handle, root=0):
+    comm = _comm(handle)
+    _no_grad(tensor, "broadcast_")
+    comm.broadcast(tensor, root)
+    _bump((tensor,))
+
+
+def _gather_shape(tensor, size, dim):
+    """The output's shape, and dim as a non-negative index"""
+    if tensor.dim() == 0:
+        raise ValueError("all_gather needs a tensor of at least one dimension (use .reshape(1))")
+    if not -tensor.dim() <= dim < tensor.dim():
+        raise ValueError(f"dim must be from {-tensor.dim()} to {tensor.dim() - 1} for this "
+                         f"{tensor.dim()}-dimensional tensor, not {dim}")
+    dim %= tensor.dim()
+    shape = list(tensor.shape)
+    shape[dim] *= size
+    return shape, dim
+
+
+def all_gather(tensor, handle, dim=0):
+    comm = _comm(handle)
+    _no_grad(tensor, "all_gather")
+    shape, dim = _gather_shape(tensor, comm.size, dim)
+    blocks = torch.empty((comm.size,) + tuple(tensor.shape), dtype=tensor.dtype)  # block r: rank r's
+    comm.allgather(tensor.contiguous(), blocks)
+    if dim == 0:
+        return blocks.view(shape)
+    return blocks.movedim(0, dim).reshape(shape)  # rank r's block at r * tensor.shape[dim], as cat
+
+
+def _fake_in_place(tensor, handle, arg=None):
     return None
+
+
+def _fake_gather(tensor, handle, dim=0):
+    shape, _ = _gather_shape(tensor, _comm(handle).size, dim)
+    return tensor.new_empty(shape)
 
 
 _lib = torch.library.Library("lockstep", "DEF")
 _lib.define("all_reduce_(Tensor(a!) tensor, int handle, str op='sum') -> ()")
-_lib.impl("all_reduce_", all_reduce_, "CompositeExplicitAutograd")
-torch.library.register_fake("lockstep::all_reduce_", _fake, lib=_lib)
+_lib.define("broadcast_(Tensor(a!) tensor, int handle, int root=0) -> ()")
+_lib.define("all_gather(Tensor tensor, int handle, int dim=0) -> Tensor")
+for _name, _kernel, _fake in (("all_reduce_", all_reduce_, _fake_in_place), ("broadcast_", broadcast_, _fake_in_place),
+                              ("all_gather", all_gather, _fake_gather)):
+    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake("lockstep::" + _name, _fake, lib=_lib)

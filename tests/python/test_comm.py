@@ -476,6 +476,43 @@ def test_torch_custom_op_reduces_across_ranks_and_refuses_autograd():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_broadcast_and_all_gather_ops():
+    def body(rank, size, job):
+        import lockstep.torch_ops as lt
+        with lockstep.Comm(job, rank, size) as c:
+            h = lt.register(c)
+            t = torch.full((5,), float(rank))
+            v = t._version
+            torch.ops.lockstep.broadcast_(t, h, 2)
+            assert t.tolist() == [2.0] * 5 and t._version == v + 1
+            t.fill_(rank + 1)
+            torch.ops.lockstep.broadcast_(t, h)  # root defaults to 0
+            assert t.tolist() == [1.0] * 5
+            x = torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * rank  # any dtype
+            want = [torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r for r in range(size)]
+            for dim in (0, 1, -1, -2):
+                out = torch.ops.lockstep.all_gather(x, h, dim)
+                assert out.is_contiguous() and torch.equal(out, torch.cat(want, dim)), (dim, out)
+            out = torch.ops.lockstep.all_gather(x.t(), h, 1)  # non-contiguous input
+            assert torch.equal(out, torch.cat([w.t() for w in want], 1))
+            assert torch.equal(torch.ops.lockstep.all_gather(x[:, :0], h), torch.empty(2 * size, 0, dtype=x.dtype))
+            for bad, msg in ((torch.tensor(1.0), "at least one dimension"), (x, "dim must be from -2 to 1")):
+                with pytest.raises(ValueError, match=msg):  # refused before any call, on every rank
+                    torch.ops.lockstep.all_gather(bad, h, 2)
+            with pytest.raises(ValueError, match="root must be a rank from 0 to 2, not 3"):
+                torch.ops.lockstep.broadcast_(t, h, 3)
+            g = torch.ones(4, requires_grad=True)
+            for op, args in ((torch.ops.lockstep.broadcast_, (g * 2, h)), (torch.ops.lockstep.all_gather, (g, h))):
+                with pytest.raises(RuntimeError, match="no_grad"):
+                    op(*args)
+            with torch.no_grad():
+                assert torch.ops.lockstep.all_gather(g, h).tolist() == [1.0] * 4 * size
+            lt.unregister(h)
+        return True
+    run_ranks(body, 3)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_custom_op_stays_in_the_compiled_graph():
     import lockstep.torch_ops as lt
     with lockstep.Comm(f"py-op-{os.getpid()}", 0, 1) as c:
@@ -493,13 +530,15 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
         def f(x):
             y = x * 2
             torch.ops.lockstep.all_reduce_(y, h, "sum")
-            return y + 1
+            torch.ops.lockstep.broadcast_(y, h, 0)
+            return torch.ops.lockstep.all_gather(y.reshape(2, 4), h, 1) + 1
 
         out = torch.compile(f, backend=capture, fullgraph=True)(torch.ones(8))
-        assert out.tolist() == [3.0] * 8
+        assert out.shape == (2, 4) and out.flatten().tolist() == [3.0] * 8
         assert graphs, "torch.compile did not call the backend"
         targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-        assert any("lockstep.all_reduce_" in t for t in targets), targets
+        for name in ("all_reduce_", "broadcast_", "all_gather"):
+            assert any("lockstep." + name in t for t in targets), (name, targets)
         with pytest.raises(ValueError, match="register"):
             torch.ops.lockstep.all_reduce_(t, 12345, "sum")
         lt.unregister(h)

@@ -4,6 +4,7 @@
     comm.allreduce(array)                  # in place; numpy arrays or torch CPU tensors
     comm.broadcast(array, root=0)
     comm.allgather(send, recv)             # recv holds size * len(send)
+    recv = comm.allgather(send)            # a new (size, *send.shape) array or tensor
     comm.barrier()
 
 Zero-copy allreduce: create the communicator with buffer_bytes=N (per rank, the same on
@@ -192,10 +193,28 @@ class Comm:
             raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
         self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
 
-    def allgather(self, send, recv, order="linear", xfer="pull"):
-        """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank."""
+    def allgather(self, send, recv=None, order="linear", xfer="pull"):
+        """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank;
+        returns recv. Without recv, a new one: for a numpy array or torch tensor of
+        shape S, one of shape (size, *S) and the same dtype (block r is rank r's);
+        for any other buffer, a numpy uint8 array of shape (size, nbytes)."""
+        if recv is None:
+            recv = self._new_gather(send)
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
         return recv
+
+    def _new_gather(self, send):
+        if _is_tensor(send):
+            import torch
+            return torch.empty((self.size,) + tuple(send.shape), dtype=send.dtype)
+        if isinstance(send, _np.ndarray):
+            return _np.empty((self.size,) + send.shape, send.dtype)
+        try:
+            nbytes = memoryview(send).nbytes
+        except TypeError:
+            raise TypeError(f"allgather needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
+                            f"not {type(send).__name__}") from None
+        return _np.empty((self.size, nbytes), _np.uint8)
 
     def peers(self, order="linear"):
         """The other ranks, in the order a broadcast or allgather with this order visits

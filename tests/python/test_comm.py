@@ -90,6 +90,15 @@ def gather_body(rank, size, job):
                     recv = np.zeros(n * size, dtype=np.int16)
                     c.allgather(send, recv, order=order, xfer=xfer)
                     assert (recv.reshape(size, n) == np.arange(1, size + 1, dtype=np.int16)[:, None]).all()
+        # without recv: a new array, block r rank r's, shaped (size, *send.shape)
+        send = np.arange(6, dtype=np.float64).reshape(2, 3) * (rank + 1)
+        got = c.allgather(send)
+        assert got.shape == (size, 2, 3) and got.dtype == np.float64
+        assert all((got[r] == np.arange(6).reshape(2, 3) * (r + 1)).all() for r in range(size))
+        got = c.allgather(bytes([rank, 9]))  # any other buffer: bytes, (size, nbytes)
+        assert got.dtype == np.uint8 and got.tolist() == [[r, 9] for r in range(size)]
+        with pytest.raises(TypeError, match="allgather needs a buffer"):
+            c.allgather(3.5)  # refused before any call, on every rank
     return True
 
 
@@ -428,6 +437,9 @@ def test_torch_tensors_including_bfloat16():
             b = torch.full((9,), 5 if rank == 0 else 0, dtype=torch.bfloat16)
             c.broadcast(b, root=0)
             assert (b == 5).all()
+            g = c.allgather(torch.full((2, 2), rank, dtype=torch.bfloat16))
+            assert isinstance(g, torch.Tensor) and g.dtype == torch.bfloat16 and g.shape == (size, 2, 2)
+            assert g.flatten().tolist() == [float(r) for r in range(size) for _ in range(4)]
         return True
     run_ranks(body, 2)
 

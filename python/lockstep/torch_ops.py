@@ -82,8 +82,7 @@ def all_gather(tensor, handle, dim=0):
     comm = _comm(handle)
     _no_grad(tensor, "all_gather")
     shape, dim = _gather_shape(tensor, comm.size, dim)
-    blocks = torch.empty((comm.size,) + tuple(tensor.shape), dtype=tensor.dtype)  # block r: rank r's
-    comm.allgather(tensor.contiguous(), blocks)
+    blocks = comm.allgather(tensor.contiguous())  # (size, *shape), block r rank r's
     if dim == 0:
         return blocks.view(shape)
     return blocks.movedim(0, dim).reshape(shape)  # rank r's block at r * tensor.shape[dim], as cat

@@ -187,11 +187,12 @@ class Comm:
         return _np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
-        """Copy root's buf into every rank's buf (same byte length everywhere)."""
+        """Copy root's buf into every rank's buf (same byte length everywhere); returns buf."""
         root = int(root)
         if not 0 <= root < self.size:
             raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
         self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        return buf
 
     def allgather(self, send, recv=None, order="linear", xfer="pull"):
         """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank;

@@ -84,7 +84,7 @@ def gather_body(rank, size, job):
             for xfer in ("pull", "push"):
                 for n in (1, 100, 40000, 300000):  # both sides of the 256 KiB switch
                     b = np.full(n, 7 if rank == 1 % size else 0, dtype=np.uint8)
-                    c.broadcast(b, root=1 % size, order=order, xfer=xfer)
+                    assert c.broadcast(b, root=1 % size, order=order, xfer=xfer) is b
                     assert (b == 7).all()
                     send = np.full(n, rank + 1, dtype=np.int16)
                     recv = np.zeros(n * size, dtype=np.int16)

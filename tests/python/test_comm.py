@@ -1,5 +1,6 @@
 """lockstep.Comm from Python: every dtype and op against a numpy reference, identical
 bits on every rank, broadcast/allgather, the error classes, the launcher, torch."""
+import hashlib
 import os
 import signal
 import subprocess
@@ -19,6 +20,9 @@ except ImportError:  # the torch tests skip
 
 
 def inputs(dtype, n, rank, case):
+    if n > 1 << 20:  # large: a formula, far cheaper than the generator; floats in about
+        v = (np.arange(n, dtype=np.int32) * (rank + 3) + case) % 1013 - 506  # +-69, whose
+        return (v * 4194301).astype(np.int32) if dtype == np.int32 else (v / 7.3).astype(dtype)  # sums round
     rng = np.random.default_rng(1000 * case + rank)
     if dtype == np.int32:
         return rng.integers(-(2**31), 2**31 - 1, size=n, dtype=np.int32)
@@ -73,9 +77,31 @@ def allreduce_body(rank, size, job):
     return out
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
 def test_allreduce_matches_reference_and_is_identical(size):
     assert_same_on_every_rank(run_ranks(allreduce_body, size))
+
+
+# 64 MiB each: the large path's chunks, f32 sums in rank order, f16 rounded once, i32 wrapping
+LARGE_CASES = [(np.float32, "sum", 16 << 20), (np.float16, "sum", 32 << 20), (np.int32, "sum", 16 << 20)]
+
+
+def large_body(rank, size, job):
+    out = []
+    with lockstep.Comm(job, rank, size) as c:
+        for case, (dt, op, n) in enumerate(LARGE_CASES):
+            a = inputs(dt, n, rank, case)
+            assert c.allreduce(a, op) is a
+            if rank == 0:  # the others' digests must equal this rank's
+                ref = reference(dt, op, n, size, case)
+                assert np.array_equal(a.view(np.uint8), ref.view(np.uint8)), f"{dt.__name__} {op} n={n} differs"
+            out.append(hashlib.sha256(a).hexdigest())  # not the 64 MiB through the queue
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 8])
+def test_allreduce_of_64_mib(size):
+    assert_same_on_every_rank(run_ranks(large_body, size))
 
 
 def gather_body(rank, size, job):
@@ -102,7 +128,7 @@ def gather_body(rank, size, job):
     return True
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
 def test_broadcast_and_allgather(size):
     run_ranks(gather_body, size)
 
@@ -135,7 +161,7 @@ def zero_copy_body(rank, size, job):
     return out
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
 def test_zero_copy_allreduce_from_the_shared_buffer(size):
     assert_same_on_every_rank(run_ranks(zero_copy_body, size))
 

@@ -20,9 +20,11 @@ except ImportError:  # the torch tests skip
 
 
 def inputs(dtype, n, rank, case):
-    if n > 1 << 20:  # large: a formula, far cheaper than the generator; floats in about
-        v = (np.arange(n, dtype=np.int32) * (rank + 3) + case) % 1013 - 506  # +-69, whose
-        return (v * 4194301).astype(np.int32) if dtype == np.int32 else (v / 7.3).astype(dtype)  # sums round
+    # large: a formula, far cheaper than the generator. Floats within +-69.4 that are not
+    # multiples of a power of two, so their f32 sums round; i32 near +-2**31, so sums wrap
+    if n > 1 << 20:
+        v = (np.arange(n, dtype=np.int32) * (rank + 3) + case) % 1013 - 506
+        return (v * 4194301).astype(np.int32) if dtype == np.int32 else (v / 7.3).astype(dtype)
     rng = np.random.default_rng(1000 * case + rank)
     if dtype == np.int32:
         return rng.integers(-(2**31), 2**31 - 1, size=n, dtype=np.int32)

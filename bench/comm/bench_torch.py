@@ -8,6 +8,8 @@ Rank 0 prints rows {"workload": "allreduce_torch_<N>r", "impl", "param": bytes, 
   lockstep    lockstep.Comm.allreduce(t)
   lockstep-op torch.ops.lockstep.all_reduce_(t, handle), the custom op torch.compile keeps
   lockstep-buffer lockstep.Comm.allreduce(z), z a tensor from comm.buffer(): zero-copy
+  lockstep-dist torch.distributed.all_reduce(t, group=g), g a group of lockstep's
+              torch.distributed back end (lockstep.distributed): gloo's call, another back end
 Each sample is the mean of a batch of about 20 ms started together (a lockstep barrier)
 as seen by the slowest rank; batches of the three alternate, so drift on a shared host
 hits all alike."""
@@ -20,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 import lockstep
+import lockstep.distributed  # noqa: F401 (registers the "lockstep" back end)
 import lockstep.torch_ops as lt
 
 REPS = 9
@@ -38,6 +41,7 @@ def main():
     max_bytes = (1 << 20) if quick else (16 << 20)
     comm = lockstep.Comm.from_env(timeout=120, buffer_bytes=max_bytes)
     dist.init_process_group("gloo")
+    group = dist.new_group(backend="lockstep")
     handle = lt.register(comm)
     slowest = np.zeros(1, np.float32)
 
@@ -55,11 +59,12 @@ def main():
         "lockstep": lambda t: comm.allreduce(t),
         "lockstep-op": lambda t: torch.ops.lockstep.all_reduce_(t, handle, "sum"),
         "lockstep-buffer": lambda t: comm.allreduce(t),  # given the tensor in the buffer
+        "lockstep-dist": lambda t: dist.all_reduce(t, group=group),
     }
     # bf16: what tensor-parallel inference reduces; sizes in bytes as for f32
     for dtype, workload, names in [
             (torch.float32, f"allreduce_torch_{comm.size}r", list(impls)),
-            (torch.bfloat16, f"allreduce_torch_bf16_{comm.size}r", ["gloo", "lockstep", "lockstep-buffer"])]:
+            (torch.bfloat16, f"allreduce_torch_bf16_{comm.size}r", ["gloo", "lockstep", "lockstep-buffer", "lockstep-dist"])]:
         es = torch.tensor([], dtype=dtype).element_size()
         nbytes = 4
         while nbytes <= max_bytes:

@@ -36,6 +36,9 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
 (not a buffer, unsupported dtype).
 
     meta, tensors = lockstep.load("model.gguf")   # or .safetensors; see lockstep.load
+
+With torch: lockstep.torch_ops (the collectives as torch ops torch.compile keeps) and
+lockstep.distributed (a torch.distributed back end: dist.init_process_group("lockstep")).
 """
 import numpy as _np
 

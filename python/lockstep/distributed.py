@@ -1,0 +1,329 @@
+"""torch.distributed's "lockstep" back end: torch's collectives on CPU tensors through
+lockstep's shared memory, for the ranks of one node.
+
+    import torch.distributed as dist
+    import lockstep.distributed                # registers the back end
+    dist.init_process_group("lockstep")        # under torchrun or python -m lockstep.launch
+    dist.all_reduce(t)
+
+or, next to a group of another back end:
+
+    g = dist.new_group(backend="lockstep")
+    dist.all_reduce(t, group=g)
+
+Code written for torch.distributed (DeepSpeed's, vLLM's or SGLang's CPU paths) then runs
+unchanged. Every call is synchronous; with async_op=True the returned work is already
+complete. What each call does:
+
+  all_reduce          SUM, MAX, MIN and AVG of float32, float16, bfloat16 and int32
+                      tensors run in lockstep's allreduce (AVG: the sum, divided). Other
+                      dtypes (float64, int64, bool...) and ops (PRODUCT, BAND, BOR, BXOR)
+                      gather every rank's tensor and reduce them in rank order, so every
+                      rank still gets the same bits, at size times the memory.
+  broadcast, all_gather, all_gather_into_tensor, gather, scatter: any dtype.
+  reduce_scatter(_tensor): an all_reduce of the whole input, then this rank's part.
+  reduce: an all_reduce; the other ranks' tensors stay as they were.
+  barrier
+
+No point-to-point (send, recv) and no all_to_all: those raise NotImplementedError (use a
+gloo group for them), as do CUDA tensors (ValueError). Tracing dist.* calls with
+torch.compile goes through torch's functional collectives, which need a C++ back end;
+use torch.ops.lockstep (lockstep.torch_ops) on comm(group) there instead.
+
+comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep.
+Failures raise lockstep's CommError subclasses (PeerDiedError, CommTimeoutError,
+MismatchError...) from the torch call; the deadline is the group's timeout. All ranks
+of a group must run on one host (checked when the group is created).
+"""
+import os
+import socket
+import uuid
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from . import Comm
+
+__all__ = ["LockstepGroup", "comm"]
+
+# Reduction ops as ints: comparing or hashing torch's pybind enum costs 0.2-0.5 us each
+_R = dist.ReduceOp.RedOpType
+SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR = (int(_R.SUM), int(_R.AVG), int(_R.PRODUCT), int(_R.MAX),
+                                                int(_R.MIN), int(_R.BAND), int(_R.BOR), int(_R.BXOR))
+_NATIVE_OPS = {SUM: "sum", MAX: "max", MIN: "min"}  # AVG: a sum, divided
+_NATIVE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.int32))
+_FOLDS = {  # acc = acc op x, in place, for what lockstep has no kernel for
+    SUM: lambda acc, x: acc.add_(x),
+    AVG: lambda acc, x: acc.add_(x),
+    PRODUCT: lambda acc, x: acc.mul_(x),
+    MAX: lambda acc, x: torch.maximum(acc, x, out=acc),
+    MIN: lambda acc, x: torch.minimum(acc, x, out=acc),
+    BAND: lambda acc, x: acc.bitwise_and_(x),
+    BOR: lambda acc, x: acc.bitwise_or_(x),
+    BXOR: lambda acc, x: acc.bitwise_xor_(x),
+}
+
+
+def _op(opts):
+    return int(opts.reduceOp.op)
+
+
+def _done(result, opts):
+    """What a collective returns: None for a blocking call (torch then waits on nothing),
+    a completed work for async_op=True."""
+    if not getattr(opts, "asyncOp", True):
+        return None
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _cpu(t):
+    if not t.is_cpu:
+        raise ValueError(f"the lockstep back end takes CPU tensors; this one is on {t.device}: "
+                         f"run it on a group of another back end (dist.new_group(backend=...))")
+    return t
+
+
+class LockstepGroup(dist.ProcessGroup):
+    """A process group whose collectives run on a lockstep.Comm (see the module docstring).
+    Made by dist.init_process_group / dist.new_group with backend="lockstep"."""
+
+    def __init__(self, comm, rank, size):
+        super().__init__(rank, size)
+        self.comm = comm
+        self._me, self._n = rank, size  # self.rank() and self.size() cost 0.9 us each
+
+    def getBackendName(self):
+        return "lockstep"
+
+    def __repr__(self):
+        return f"LockstepGroup(rank={self._me}, size={self._n})"
+
+    # ---- the reductions ---------------------------------------------------------------
+
+    def _reduce(self, t, op):
+        """t = op over every rank's t, in place, the same bits on every rank"""
+        _cpu(t)
+        fold = _FOLDS.get(op)
+        if fold is None:
+            raise ValueError(f"the lockstep back end cannot reduce with {dist.ReduceOp.RedOpType(op)}: it takes "
+                             f"SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR and BXOR")
+        if op == AVG and not t.is_floating_point():
+            raise ValueError(f"AVG needs a floating-point tensor, not {t.dtype}")
+        work = t if t.is_contiguous() else t.contiguous()
+        if t.dtype in _NATIVE_DTYPES and (op == AVG or op in _NATIVE_OPS):
+            self.comm.allreduce(work, _NATIVE_OPS.get(op, "sum"))
+        elif work.numel():
+            every = self.comm.allgather(work)  # (size, *shape), rank r's at [r]
+            acc = every[0]
+            for r in range(1, self._n):  # in rank order, as on every rank
+                acc = fold(acc, every[r])
+            work.copy_(acc)
+        if op == AVG:
+            work.div_(self._n)
+        if work is not t:
+            t.copy_(work)
+
+    def allreduce(self, tensors, opts=None):
+        op = _op(opts) if opts is not None else SUM
+        name = _NATIVE_OPS.get(op)
+        for t in tensors:
+            if name and t.dtype in _NATIVE_DTYPES and t.is_cpu and t.is_contiguous():
+                self.comm.allreduce(t, name)  # the common case, without _reduce's checks
+            else:
+                self._reduce(t, op)
+        return _done(tensors, opts)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors, opts):
+        for t in tensors:
+            self._reduce(t if self._me == opts.rootRank else t.clone(), _op(opts))
+        return _done(tensors, opts)
+
+    def _reduce_scatter_one(self, out, whole, op):
+        """out = this rank's part of op over every rank's whole (size * out.numel() elements)"""
+        _cpu(out)
+        if whole.numel() != out.numel() * self._n or whole.dtype != out.dtype:
+            raise ValueError(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
+                             f"elements, not {whole.numel()} {whole.dtype}")
+        whole = whole.clone(memory_format=torch.contiguous_format)  # the input stays as it was
+        self._reduce(whole, op)
+        out.copy_(whole.view(self._n, -1)[self._me].view(out.shape))
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        for out, parts in zip(outputs, input_lists):
+            self._reduce_scatter_one(out, torch.cat([p.reshape(-1) for p in parts]), _op(opts))
+        return _done(outputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts):
+        self._reduce_scatter_one(output, input.reshape(-1), _op(opts))
+        return _done(output, opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        for out, inp in zip(outputs, inputs):
+            self._reduce_scatter_one(out, inp.reshape(-1), _op(opts))
+        return _done(outputs, opts)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    # ---- moving data ------------------------------------------------------------------
+
+    def broadcast(self, tensors, opts):
+        for t in tensors:
+            work = _cpu(t) if t.is_contiguous() else t.contiguous()
+            self.comm.broadcast(work, opts.rootRank)
+            if work is not t:
+                t.copy_(work)
+        return _done(tensors, opts)
+
+    def _gather(self, inp):
+        """every rank's inp, as a (size, *inp.shape) tensor"""
+        return self.comm.allgather(_cpu(inp).contiguous())
+
+    def allgather(self, output_lists, inputs, opts=None):
+        for outs, inp in zip(output_lists, inputs):
+            if len(outs) != self._n:
+                raise ValueError(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
+            every = self._gather(inp)
+            for r, out in enumerate(outs):
+                out.copy_(every[r])
+        return _done(output_lists, opts)
+
+    allgather_coalesced = allgather
+
+    def _gather_into(self, output, inp):
+        _cpu(output)
+        if output.numel() != inp.numel() * self._n or output.dtype != inp.dtype:
+            raise ValueError(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
+                             f"{inp.dtype} elements, not {output.numel()} {output.dtype}")
+        if output.is_contiguous():
+            self.comm.allgather(_cpu(inp).contiguous(), output)
+        else:
+            output.copy_(self._gather(inp).view(output.shape))
+
+    def all_gather_single(self, output, inp, opts=None):
+        self._gather_into(output, inp)
+        return _done(output, opts)
+
+    _allgather_base = all_gather_single
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):
+            self._gather_into(out, inp)
+        return _done(outputs, opts)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def gather(self, output_lists, inputs, opts):
+        root = self._me == opts.rootRank
+        for k, inp in enumerate(inputs):
+            every = self._gather(inp)  # every rank takes part; only the root keeps it
+            if root:
+                for r, out in enumerate(output_lists[k]):
+                    out.copy_(every[r])
+        return _done(output_lists, opts)
+
+    def scatter(self, outputs, input_lists, opts):
+        root = self._me == opts.rootRank
+        for k, out in enumerate(outputs):
+            _cpu(out)
+            if root:
+                parts = input_lists[k]
+                if len(parts) != self._n:
+                    raise ValueError(f"scatter needs a list of {self._n} tensors on the root, not {len(parts)}")
+                whole = torch.stack([p.reshape(out.shape) for p in parts])
+            else:
+                whole = torch.empty((self._n,) + tuple(out.shape), dtype=out.dtype)
+            self.comm.broadcast(whole, opts.rootRank)
+            out.copy_(whole[self._me])
+        return _done(outputs, opts)
+
+    def barrier(self, opts=None):
+        self.comm.barrier()
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return _create_work_from_future(fut)
+
+    # ---- what lockstep does not do ----------------------------------------------------
+
+    def _none(self, what):
+        raise NotImplementedError(f"the lockstep back end has no {what}; run it on a group of another "
+                                  f"back end, e.g. dist.new_group(backend=\"gloo\")")
+
+    def send(self, *a):
+        self._none("send")
+
+    def recv(self, *a):
+        self._none("recv")
+
+    def recv_anysource(self, *a):
+        self._none("recv")
+
+    def alltoall(self, *a):
+        self._none("all_to_all")
+
+    def alltoall_base(self, *a):
+        self._none("all_to_all")
+
+    def all_to_all_single(self, *a):
+        self._none("all_to_all")
+
+    def monitored_barrier(self, *a, **k):
+        self._none("monitored_barrier (use barrier)")
+
+    # ---- teardown ---------------------------------------------------------------------
+
+    def shutdown(self):
+        self.comm.close()
+
+    def abort(self):
+        self.comm.close()
+
+
+def _host():
+    """what tells hosts apart: the name and, for machines that share one, the boot"""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
+def _create(store, rank, size, timeout):
+    # The store is the group's own (torch prefixes it). A group made again under the same
+    # prefix (after destroy_process_group) must not read the last one's keys: each rank
+    # counts its creations, and every rank has made as many.
+    n = store.add(f"lockstep/made/{rank}", 1)
+    key = f"lockstep/{n}"
+    host = _host()
+    store.set(f"{key}/host/{rank}", host)
+    hosts = [store.get(f"{key}/host/{r}").decode() for r in range(size)]
+    away = [r for r, h in enumerate(hosts) if h != hosts[0]]
+    if away:
+        raise RuntimeError(f"the lockstep back end joins the ranks of one host only: group ranks {away} run "
+                           f"on another host than rank 0 ({hosts[0].split('/')[0]}); use another back end "
+                           f"across hosts")
+    if rank == 0:
+        store.set(f"{key}/job", f"tdist-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    job = store.get(f"{key}/job").decode()
+    seconds = timeout.total_seconds() if timeout is not None else 0
+    return LockstepGroup(Comm(job, rank, size, timeout=seconds if seconds > 0 else None), rank, size)
+
+
+def comm(group=None):
+    """The lockstep.Comm a lockstep group runs on (the default group when None): for
+    comm.buffer() views, or lockstep.torch_ops.register(comm)."""
+    g = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(g, LockstepGroup):
+        raise ValueError(f"{g!r} is not a group of the lockstep back end")
+    return g.comm
+
+
+dist.Backend.register_backend("lockstep", _create, devices=["cpu"])

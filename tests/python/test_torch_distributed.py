@@ -1,0 +1,297 @@
+"""torch.distributed's "lockstep" back end (lockstep.distributed): every collective
+against a reference computed here, the same bits on every rank, subgroups, errors."""
+import datetime
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_ranks
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+SIZES = [1, 2, 3, 4]
+
+
+def segments():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("lockstep-tdist-")}
+
+
+def in_group(fn, where, timeout=60):
+    """fn(rank, size) between init_process_group("lockstep") and destroy_process_group,
+    the store a file in the directory `where`; for run_ranks"""
+    def body(rank, size, job):
+        import lockstep.distributed  # noqa: F401 (registers the back end)
+        path = os.path.join(where, "store")
+        dist.init_process_group("lockstep", init_method=f"file://{path}", rank=rank, world_size=size,
+                                timeout=datetime.timedelta(seconds=timeout))
+        try:
+            return fn(rank, size)
+        finally:
+            dist.destroy_process_group()
+    return body
+
+
+def digest(*tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def value(rank, dtype, n=37):
+    """rank's input: small values whose sums and products are exact in every dtype"""
+    if dtype == torch.bool:
+        return (torch.arange(n) + rank) % 3 == 0
+    x = (torch.arange(n) * (rank + 1) + 3 * rank) % 5 - (0 if dtype == torch.uint8 else 2)
+    if dtype.is_floating_point:
+        x = x / 2
+    return x.to(dtype)
+
+
+def reference(op, dtype, size):
+    """op over every rank's value(), from Python numbers, in rank order"""
+    R = dist.ReduceOp
+    rows = [value(r, dtype).tolist() for r in range(size)]
+    out = []
+    for column in zip(*rows):
+        acc = column[0]
+        for v in column[1:]:
+            acc = {R.SUM: lambda a, b: a + b, R.AVG: lambda a, b: a + b, R.PRODUCT: lambda a, b: a * b,
+                   R.MAX: max, R.MIN: min, R.BAND: lambda a, b: a & b, R.BOR: lambda a, b: a | b,
+                   R.BXOR: lambda a, b: a ^ b}[op](acc, v)
+        out.append(acc)
+    if dtype == torch.uint8:
+        out = [v % 256 for v in out]  # uint8 wraps
+    want = torch.tensor(out, dtype=torch.float64 if dtype.is_floating_point else None).to(dtype)
+    return want.div_(size) if op == R.AVG else want  # AVG: the sum, divided in the dtype
+
+
+def cases():
+    R = dist.ReduceOp
+    floats = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    ints = (torch.int32, torch.int64, torch.int16, torch.uint8)
+    for dt in floats:
+        for op in (R.SUM, R.AVG, R.MAX, R.MIN, R.PRODUCT):
+            yield dt, op
+    for dt in ints:
+        for op in (R.SUM, R.MAX, R.MIN, R.PRODUCT, R.BAND, R.BOR, R.BXOR):
+            yield dt, op
+    for op in (R.SUM, R.MAX, R.MIN, R.BAND, R.BOR):
+        yield torch.bool, op
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_all_reduce_of_every_dtype_and_op(size, tmp_path):
+    def fn(rank, size):
+        out = []
+        for dt, op in cases():
+            t = value(rank, dt)
+            dist.all_reduce(t, op=op)
+            want = reference(op, dt, size)
+            assert t.dtype == dt and torch.equal(t, want), (dt, op, t, want)
+            out.append(t)
+        # a view that is not contiguous: the result lands in it, the rest is untouched
+        base = torch.full((37, 2), -1.0)
+        base[:, 0] = value(rank, torch.float32)
+        dist.all_reduce(base[:, 0])
+        assert torch.equal(base[:, 0], reference(dist.ReduceOp.SUM, torch.float32, size))
+        assert torch.equal(base[:, 1], torch.full((37,), -1.0))
+        # complex (torch hands it over as float pairs), 0-d, empty
+        z = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+        dist.all_reduce(z)
+        assert torch.equal(z, torch.full((3,), complex(size * (size - 1) // 2, size), dtype=torch.complex64))
+        s = torch.tensor(rank + 1, dtype=torch.int64)
+        dist.all_reduce(s)
+        assert s.shape == () and s.item() == size * (size + 1) // 2
+        e = torch.empty(0, dtype=torch.float64)
+        dist.all_reduce(e, op=dist.ReduceOp.PRODUCT)
+        assert e.shape == (0,)
+        # sums that round: the bits are those of adding in rank order (bfloat16: in float32,
+        # rounded once), and every rank agrees
+        for dt, tiny in ((torch.float32, 2.0 ** -30), (torch.float64, 2.0 ** -60), (torch.bfloat16, 2.0 ** -12)):
+            def row(k):  # columns whose sum in any other order gives other bits (from 3 ranks)
+                return [(1.0, -1.0, tiny, tiny)[k], (tiny, tiny, 1.0, -1.0)[k], (tiny, 1.0, -1.0, tiny)[k]]
+            x = torch.tensor(row(rank), dtype=torch.float64).to(dt)
+            dist.all_reduce(x)
+            acc = torch.tensor(row(0), dtype=torch.float64).to(dt)
+            acc = acc.double() if dt == torch.float64 else acc.float()
+            for k in range(1, size):
+                acc = acc + torch.tensor(row(k), dtype=torch.float64).to(dt).to(acc.dtype)
+            assert torch.equal(x, acc.to(dt)), (dt, x, acc)
+            out.append(x)
+        return digest(*out)
+
+    got = run_ranks(in_group(fn, tmp_path), size)
+    assert len(set(got.values())) == 1, got
+    assert not segments()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_broadcast_gather_scatter_reduce_scatter_and_reduce(size, tmp_path):
+    def fn(rank, size):
+        R = dist.ReduceOp
+        for root in range(size):
+            t = torch.arange(10, dtype=torch.int64) * (rank + 1)
+            dist.broadcast(t, root)
+            assert torch.equal(t, torch.arange(10, dtype=torch.int64) * (root + 1))
+        base = torch.zeros(4, 3, dtype=torch.bfloat16)
+        base[:, 1] = rank + 1
+        dist.broadcast(base[:, 1], size - 1)  # not contiguous
+        assert torch.equal(base[:, 1], torch.full((4,), size, dtype=torch.bfloat16))
+        assert not base[:, 0].any() and not base[:, 2].any()
+
+        mine = torch.tensor([[rank, -rank], [2 * rank, 7]], dtype=torch.float64)
+        every = [torch.tensor([[r, -r], [2 * r, 7]], dtype=torch.float64) for r in range(size)]
+        out = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)]
+        dist.all_gather(out, mine)
+        assert all(torch.equal(o, w) for o, w in zip(out, every))
+        flat = torch.empty(size * 2, 2, dtype=torch.float64)
+        dist.all_gather_into_tensor(flat, mine)
+        assert torch.equal(flat, torch.cat(every))
+        strided = torch.empty(2, size * 2, dtype=torch.float64).t()  # an output that is not contiguous
+        dist.all_gather_into_tensor(strided, mine)
+        assert torch.equal(strided, torch.cat(every))
+
+        root = 1 % size
+        got = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)] if rank == root else None
+        dist.gather(mine, got, dst=root)
+        if rank == root:
+            assert all(torch.equal(o, w) for o, w in zip(got, every))
+        part = torch.empty(3, dtype=torch.int32)
+        parts = [torch.arange(3, dtype=torch.int32) + 10 * r for r in range(size)] if rank == root else None
+        dist.scatter(part, parts, src=root)
+        assert torch.equal(part, torch.arange(3, dtype=torch.int32) + 10 * rank)
+
+        whole = torch.arange(size * 3, dtype=torch.float32) * (rank + 1)
+        keep = whole.clone()
+        o = torch.empty(3)
+        dist.reduce_scatter_tensor(o, whole)
+        assert torch.equal(o, torch.arange(rank * 3, rank * 3 + 3, dtype=torch.float32) * (size * (size + 1) // 2))
+        assert torch.equal(whole, keep)  # the input stays as it was
+        o = torch.empty(3, dtype=torch.int64)
+        dist.reduce_scatter(o, [torch.full((3,), r * 100 + rank, dtype=torch.int64) for r in range(size)], op=R.MAX)
+        assert torch.equal(o, torch.full((3,), rank * 100 + size - 1, dtype=torch.int64))
+
+        t = torch.full((5,), float(rank + 1))
+        dist.reduce(t, dst=root)
+        want = size * (size + 1) / 2 if rank == root else rank + 1
+        assert torch.equal(t, torch.full((5,), float(want)))  # the others' stay as they were
+
+        w = dist.all_reduce(t := torch.ones(3), async_op=True)
+        assert w.wait() and torch.equal(t, torch.full((3,), float(size)))
+        dist.barrier()
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path), size) == {r: True for r in range(size)}
+    assert not segments()
+
+
+def test_subgroups_errors_and_the_comm(tmp_path):
+    def fn(rank, size):
+        import lockstep
+        import lockstep.distributed as ld
+        R = dist.ReduceOp
+        pair = dist.new_group(ranks=[0, 2])  # the default back end: lockstep
+        if rank != 1:
+            t = torch.tensor([float(rank + 1)])
+            dist.all_reduce(t, group=pair)
+            assert t.item() == 4.0  # ranks 0 and 2 only
+            assert ld.comm(pair).size == 2
+        c = ld.comm()
+        assert isinstance(c, lockstep.Comm) and (c.rank, c.size) == (rank, size)
+        gloo = dist.new_group(backend="gloo")
+        with pytest.raises(ValueError, match="not a group of the lockstep back end"):
+            ld.comm(gloo)
+
+        with pytest.raises(NotImplementedError, match="no send.*gloo"):
+            dist.send(torch.ones(1), (rank + 1) % size)
+        with pytest.raises(NotImplementedError, match="no all_to_all"):
+            dist.all_to_all_single(torch.empty(size), torch.ones(size))
+        with pytest.raises(ValueError, match="CPU tensors; this one is on meta"):
+            dist.all_reduce(torch.empty(2, device="meta"))
+        with pytest.raises(ValueError, match="AVG needs a floating-point tensor"):
+            dist.all_reduce(torch.ones(2, dtype=torch.int32), op=R.AVG)
+        with pytest.raises(ValueError, match="all_gather needs a list of 3 output tensors, not 2"):
+            dist.all_gather([torch.empty(1), torch.empty(1)], torch.ones(1))
+        with pytest.raises(ValueError, match="output of 3 x 2"):
+            dist.all_gather_into_tensor(torch.empty(5), torch.ones(2))
+        # every refusal above came before any call: the group still works
+        t = torch.tensor([rank], dtype=torch.int32)
+        dist.all_reduce(t, op=R.MAX)
+        assert t.item() == size - 1
+
+        # ranks that disagree fail on every rank, with lockstep's error
+        with pytest.raises(lockstep.MismatchError):
+            dist.all_reduce(torch.ones(4 if rank == 0 else 5))
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path), 3) == {0: True, 1: True, 2: True}
+    assert not segments()
+
+
+def test_a_killed_rank_fails_the_others_with_peer_died(tmp_path):
+    def fn(rank, size):
+        import signal
+        import lockstep
+        dist.barrier()
+        if rank == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        with pytest.raises(lockstep.PeerDiedError):
+            for _ in range(1000000):
+                dist.all_reduce(torch.ones(1000))
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path, timeout=30), 3, expect_dead=(2,)) == {0: True, 1: True}
+    assert not segments()
+
+
+def test_ranks_on_another_host_are_refused_on_every_rank(tmp_path):
+    def body(rank, size, job):
+        import lockstep.distributed as ld
+        if rank == 1:
+            ld._host = lambda: "elsewhere/0"
+        path = os.path.join(tmp_path, "store")
+        with pytest.raises(RuntimeError, match=r"one host only: group ranks \[1\] run on another host"):
+            dist.init_process_group("lockstep", init_method=f"file://{path}", rank=rank, world_size=size,
+                                    timeout=datetime.timedelta(seconds=30))
+        return True
+
+    assert run_ranks(body, 3) == {0: True, 1: True, 2: True}
+    assert not segments()
+
+
+def test_a_group_made_again_on_the_same_store(tmp_path):
+    def body(rank, size, job):
+        import lockstep.distributed  # noqa: F401
+        store = dist.FileStore(os.path.join(tmp_path, "store"), size)
+        for k in range(3):  # the same store and prefix each time: no stale job name
+            dist.init_process_group("lockstep", store=store, rank=rank, world_size=size,
+                                    timeout=datetime.timedelta(seconds=30))
+            t = torch.tensor([float(rank + k)])
+            dist.all_reduce(t)
+            assert t.item() == sum(r + k for r in range(size))
+            dist.destroy_process_group()
+        return True
+
+    assert run_ranks(body, 2) == {0: True, 1: True}
+    assert not segments()
+
+
+def test_init_from_the_launchers_variables(tmp_path):
+    script = tmp_path / "tp.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "import lockstep.distributed\n"
+        "dist.init_process_group('lockstep')\n"
+        "t = torch.full((3,), float(dist.get_rank() + 1), dtype=torch.bfloat16)\n"
+        "dist.all_reduce(t)\n"
+        "assert t.tolist() == [3.0] * 3, t\n"
+        "dist.destroy_process_group()\n")
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(script)], timeout=120)
+    assert r.returncode == 0
+    assert not segments()

@@ -216,6 +216,8 @@ def test_subgroups_errors_and_the_comm(tmp_path):
             dist.all_reduce(torch.empty(2, device="meta"))
         with pytest.raises(ValueError, match="AVG needs a floating-point tensor"):
             dist.all_reduce(torch.ones(2, dtype=torch.int32), op=R.AVG)
+        with pytest.raises(ValueError, match="cannot reduce with RedOpType.PREMUL_SUM"):
+            dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0))
         with pytest.raises(ValueError, match="all_gather needs a list of 3 output tensors, not 2"):
             dist.all_gather([torch.empty(1), torch.empty(1)], torch.ones(1))
         with pytest.raises(ValueError, match="output of 3 x 2"):

@@ -26,9 +26,9 @@ complete. What each call does:
   barrier
 
 No point-to-point (send, recv) and no all_to_all: those raise NotImplementedError (use a
-gloo group for them), as do CUDA tensors (ValueError). Tracing dist.* calls with
-torch.compile goes through torch's functional collectives, which need a C++ back end;
-use torch.ops.lockstep (lockstep.torch_ops) on comm(group) there instead.
+gloo group for them), as do CUDA tensors (ValueError). torch.compile turns dist.* calls
+into torch's functional collectives (torch.distributed._functional_collectives), which
+run here too.
 
 comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep.
 Failures raise lockstep's CommError subclasses (PeerDiedError, CommTimeoutError,
@@ -97,6 +97,17 @@ class LockstepGroup(dist.ProcessGroup):
 
     def getBackendName(self):
         return "lockstep"
+
+    # torch names every group after making it; its functional collectives (what
+    # torch.compile turns dist.* calls into) find the group by that name, which the base
+    # class keeps only in C++ back ends
+    def _set_group_name(self, name):
+        super()._set_group_name(name)
+        self._name = name
+
+    @property
+    def group_name(self):
+        return self._name
 
     def __repr__(self):
         return f"LockstepGroup(rank={self._me}, size={self._n})"

@@ -297,3 +297,34 @@ def test_init_from_the_launchers_variables(tmp_path):
     r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(script)], timeout=120)
     assert r.returncode == 0
     assert not segments()
+
+
+def test_functional_collectives_and_torch_compile(tmp_path):
+    def fn(rank, size):
+        import torch.distributed._functional_collectives as fc
+        group = dist.group.WORLD
+        x = torch.arange(6, dtype=torch.float32) + rank
+        assert torch.equal(fc.all_reduce(x, "sum", group), torch.arange(6) * 2.0 + 1)
+        assert torch.equal(fc.all_gather_tensor(x, 0, group), torch.cat([x - rank, x - rank + 1]))
+        assert torch.equal(fc.reduce_scatter_tensor(x, "max", 0, group), torch.arange(3) + 3 * rank + 1.0)
+        assert torch.equal(fc.broadcast(x, 1, group), torch.arange(6) + 1.0)
+
+        graphs = []
+
+        def capture(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        def f(y):
+            z = y * 2
+            dist.all_reduce(z)  # torch.compile makes this a functional collective
+            return fc.all_gather_tensor(z + 1, 0, group)
+
+        out = torch.compile(f, backend=capture, fullgraph=True)(torch.full((2,), float(rank + 1)))
+        assert torch.equal(out, torch.full((4,), 7.0))  # (1 + 2) * 2 + 1, from both ranks
+        targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+        for name in ("_c10d_functional.all_reduce", "_c10d_functional.all_gather_into_tensor"):
+            assert any(name in t for t in targets), (name, targets)
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path), 2) == {0: True, 1: True}

@@ -12,8 +12,10 @@ or, next to a group of another back end:
     dist.all_reduce(t, group=g)
 
 Code written for torch.distributed (DeepSpeed's, vLLM's or SGLang's CPU paths) then runs
-unchanged. Every call is synchronous; with async_op=True the returned work is already
-complete. What each call does:
+unchanged. Every call is synchronous: it returns when this rank's part is done, and
+with async_op=True the returned work is already complete. Calls on one group must come
+one at a time (not from two threads at once), in the same order on every rank. What
+each call does:
 
   all_reduce          SUM, MAX, MIN and AVG of float32, float16, bfloat16 and int32
                       tensors run in lockstep's allreduce (AVG: the sum, divided). Other

@@ -328,3 +328,25 @@ def test_functional_collectives_and_torch_compile(tmp_path):
         return True
 
     assert run_ranks(in_group(fn, tmp_path), 2) == {0: True, 1: True}
+
+
+def test_under_torchrun(tmp_path):
+    """torchrun's variables: lockstep.Comm.from_env() and the back end, in one job"""
+    script = tmp_path / "tr.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "import lockstep, lockstep.distributed\n"
+        "c = lockstep.Comm.from_env(timeout=60)\n"
+        "x = torch.full((5,), float(c.rank + 1))\n"
+        "c.allreduce(x)\n"
+        "assert (c.rank, c.size) == (int(os.environ['LOCAL_RANK']), 2) and x.tolist() == [3.0] * 5, x\n"
+        "dist.init_process_group('lockstep')\n"
+        "t = torch.tensor([dist.get_rank()], dtype=torch.int64)\n"
+        "dist.all_reduce(t, op=dist.ReduceOp.MAX)\n"
+        "assert t.item() == 1, t\n"
+        "dist.destroy_process_group()\n"
+        "c.close()\n")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        str(script)], timeout=180, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not segments()

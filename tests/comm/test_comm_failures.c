@@ -1,8 +1,9 @@
 /* Failure semantics of the process communicator, each a subtest named on the command
  * line: a rank SIGKILLed in the middle of a call makes the others fail with
  * -LOCKSTEP_EPEERDIED (not -ETIMEDOUT: noticed before the deadline); a late rank makes
- * them time out; mismatched calls fail on every rank; bad arguments and bad rendezvous
- * give their codes; nothing is left in /dev/shm. */
+ * them time out; mismatched calls fail on every rank; of two failures at once, the
+ * first recorded is the one every rank reports; bad arguments and bad rendezvous give
+ * their codes; nothing is left in /dev/shm. */
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -167,6 +168,59 @@ static void test_cancel(void)
         CHECK_EQ(harness_run(cancel_body, 2, job, 60, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
     }
+}
+
+/* ---- two failures at once ---------------------------------------------------------- */
+
+/* Rank 0 dies after a barrier; ranks 1 and 2 then wait for it in an allreduce. Rank 1's
+ * cancel callback says yes from the start, so its first wait slice ends in -ECANCELED;
+ * rank 2 has none, so its first slice ends in -LOCKSTEP_EPEERDIED. Both slices start
+ * within microseconds of each other: two failures race, and whichever is recorded
+ * first must be the one every rank reports, then and on every later call. */
+static int race_armed;
+
+static int race_cancel(void *arg)
+{
+    (void)arg;
+    return race_armed;
+}
+
+static int race_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 30000;
+    if (rank == 1)
+        p.cancel = race_cancel;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    if (rank == 0)
+        kill(getpid(), SIGKILL);
+    race_armed = 1;
+    int x[4] = {0};
+    int rc = lockstep_comm_allreduce(c, x, x, 4, LOCKSTEP_I32, LOCKSTEP_SUM);
+    CHECK(rc == -ECANCELED || rc == -LOCKSTEP_EPEERDIED);
+    harness_page()->value[rank][0] = rc;
+    CHECK_EQ(lockstep_comm_barrier(c), rc); /* broken, with the same error */
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_race(void)
+{
+    char job[96];
+    int wins[2] = {0, 0}; /* cancelled, peer died */
+    for (int round = 0; round < 60; round++) {
+        harness_job(job, sizeof job, "race");
+        struct shared_page *page = harness_page();
+        page->value[1][0] = page->value[2][0] = 0;
+        CHECK_EQ(harness_run(race_body, 3, job, 60, 1u << 0), 0);
+        CHECK_EQ(page->value[1][0], page->value[2][0]); /* the same failure on both ranks */
+        wins[page->value[1][0] == -LOCKSTEP_EPEERDIED]++;
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+    fprintf(stderr, "race: cancel first %d times, peer death first %d times\n", wins[0], wins[1]);
 }
 
 /* ---- mismatched calls --------------------------------------------------------------- */
@@ -570,8 +624,10 @@ int main(int argc, char **argv)
         test_env();
     } else if (strcmp(t, "cancel") == 0) {
         test_cancel();
+    } else if (strcmp(t, "race") == 0) {
+        test_race();
     } else {
-        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel|race\n", argv[0]);
         return 1;
     }
     return 0;

@@ -3,6 +3,7 @@
  * at N ranks given on the command line: results equal a reference computed here in
  * rank order, and are bit-identical on every rank. */
 #include "comm_harness.h"
+#include "../common/half.h"
 
 #include <sched.h>
 
@@ -28,7 +29,7 @@ static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigne
         switch (dt) {
         case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
         case LOCKSTEP_I32: ((int32_t *)buf)[i] = (int32_t)rnd(); break;
-        case LOCKSTEP_F16: { _Float16 h = (_Float16)f; memcpy((uint16_t *)buf + i, &h, 2); break; }
+        case LOCKSTEP_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
         case LOCKSTEP_BF16: { uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
         }
     }
@@ -37,11 +38,8 @@ static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigne
 static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
 {
     uint16_t h = ((const uint16_t *)buf)[i];
-    if (dt == LOCKSTEP_F16) {
-        _Float16 x;
-        memcpy(&x, &h, 2);
-        return (float)x;
-    }
+    if (dt == LOCKSTEP_F16)
+        return test_half_to_float(h);
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
@@ -50,12 +48,8 @@ static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
 
 static uint16_t narrow(lockstep_dtype_t dt, float f)
 {
-    if (dt == LOCKSTEP_F16) {
-        _Float16 x = (_Float16)f;
-        uint16_t h;
-        memcpy(&h, &x, 2);
-        return h;
-    }
+    if (dt == LOCKSTEP_F16)
+        return test_half_from_float(f);
     uint32_t u;
     memcpy(&u, &f, 4);
     u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; the one NaN (0x7fc00000) stays */

@@ -9,9 +9,11 @@
 
 #include "lockstep/comm.h"
 #include "../common/check.h"
+#include "../common/half.h"
 
 /* Every f16 and bf16 bit pattern through lockstep_reduce, against references built
- * here: the compiler's _Float16 conversion for f16, and for bf16 a rounding that picks
+ * here: the compiler's _Float16 conversion for f16 (or, without one, tests/common/half.h's
+ * own), and for bf16 a rounding that picks
  * the nearer of the two neighbouring bf16 values by their distances in double. The
  * count is not a multiple of any vector width, so vector bodies and tails both run. */
 enum { NHALF = 65536 + 5 };
@@ -41,6 +43,36 @@ static uint16_t bf16_nearest(float f) /* f is not NaN */
     double vhi = (hi & 0x7fff) == 0x7f80 ? ldexp(f < 0 ? -1.0 : 1.0, 128) : (double)bf16_value(hi);
     double dhi = fabs((double)f - vhi);
     return dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1) ? hi : lo;
+}
+
+/* tests/common/half.h's own conversions, which stand in for _Float16 where the compiler
+ * has none, against the compiler's: every binary16 value widened, and binary32 values
+ * narrowed around every binary16 value and halfway point (ties to even), through
+ * subnormals, overflow, infinities and NaNs. Only where the compiler has _Float16. */
+static void check_soft_halves(void)
+{
+#ifdef __FLT16_MANT_DIG__
+    for (uint32_t i = 0; i < 65536; i++) {
+        float w = test_half_to_float((uint16_t)i), v = soft_half_to_float((uint16_t)i);
+        CHECK(memcmp(&w, &v, 4) == 0 || (w != w && v != v));
+    }
+    /* every binary32 around the binary16 grid: the values whose 13 low mantissa bits
+     * are near 0, the halfway point 0x1000 or the top, for every exponent and sign */
+    static const uint32_t low[] = {0, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x0800, 0x17ff};
+    for (uint32_t hi = 0; hi < (1u << 19); hi++)
+        for (size_t k = 0; k < sizeof low / sizeof low[0]; k++) {
+            uint32_t u = (hi << 13) | low[k];
+            float f;
+            memcpy(&f, &u, 4);
+            uint16_t want = test_half_from_float(f), got = soft_half_from_float(f);
+            if (test_half_is_nan(want))
+                CHECK(test_half_is_nan(got));
+            else if (got != want) {
+                fprintf(stderr, "soft_half_from_float(%a = %#x) = %#x, the compiler's %#x\n", (double)f, u, got, want);
+                exit(1);
+            }
+        }
+#endif
 }
 
 static void check_halves(void)
@@ -84,16 +116,11 @@ static void check_halves(void)
         b[i] = (uint16_t)(i * 40503u + 12345u);
     CHECK_EQ(lockstep_reduce(LOCKSTEP_F16, LOCKSTEP_SUM, a, a, b, NHALF), 0);
     for (size_t i = 0; i < NHALF; i++) {
-        _Float16 x, y, got;
-        uint16_t xi = (uint16_t)i;
-        memcpy(&x, &xi, 2);
-        memcpy(&y, &b[i], 2);
-        memcpy(&got, &a[i], 2);
-        _Float16 want = (_Float16)((float)x + (float)y);
-        if (want != want)
-            CHECK(got != got);
+        uint16_t want = test_half_from_float(test_half_to_float((uint16_t)i) + test_half_to_float(b[i]));
+        if (test_half_is_nan(want))
+            CHECK(test_half_is_nan(a[i]));
         else
-            CHECK(memcmp(&got, &want, 2) == 0);
+            CHECK_EQ(a[i], want);
     }
 }
 
@@ -217,9 +244,9 @@ int main(int argc, char **argv)
 
     /* f16 and bf16: computed in f32, rounded once (1 + 2^-11 is a half-way case in f16:
      * rounds to even, 1.0; bf16 2 + 2^-7 rounds to 2.0) */
-    _Float16 h1 = (_Float16)1.0f, h2 = (_Float16)0.00048828125f, hout; /* 2^-11 */
+    uint16_t h1 = test_half_from_float(1.0f), h2 = test_half_from_float(0.00048828125f), hout; /* 2^-11 */
     CHECK_EQ(lockstep_reduce(LOCKSTEP_F16, LOCKSTEP_SUM, &hout, &h1, &h2, 1), 0);
-    CHECK((float)hout == 1.0f);
+    CHECK(test_half_to_float(hout) == 1.0f);
     uint16_t b1 = 0x4000 /* 2.0 */, b2 = 0x3c00 /* 2^-7 */, bout;
     CHECK_EQ(lockstep_reduce(LOCKSTEP_BF16, LOCKSTEP_SUM, &bout, &b1, &b2, 1), 0);
     CHECK_EQ(bout, 0x4000);
@@ -228,6 +255,7 @@ int main(int argc, char **argv)
     CHECK_EQ(bout, 0x4040);
 
     check_halves();
+    check_soft_halves();
 
     /* refused */
     CHECK_EQ(lockstep_reduce((lockstep_dtype_t)7, LOCKSTEP_SUM, out, a, b, n), -EINVAL);

@@ -11,6 +11,7 @@
 
 #include "lockstep/comm_mpi.h"
 #include "../common/check.h"
+#include "../common/half.h"
 
 static int R, N; /* my rank, ranks */
 
@@ -29,11 +30,7 @@ static void store(lockstep_dtype_t dt, void *buf, size_t i, int v)
     case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
     case LOCKSTEP_I32: ((int32_t *)buf)[i] = v; break;
     case LOCKSTEP_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break; /* exact for small ints */
-    case LOCKSTEP_F16: {
-        _Float16 h = (_Float16)f;
-        memcpy((uint16_t *)buf + i, &h, 2);
-        break;
-    }
+    case LOCKSTEP_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
     }
 }
 
@@ -83,7 +80,7 @@ static void check_identical(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, size_t 
         if (dt == LOCKSTEP_F32) {
             ((float *)(void *)buf)[i] = f;
         } else {
-            _Float16 h = (_Float16)f;
+            uint16_t h = test_half_from_float(f);
             memcpy(buf + i, &h, 2);
         }
     }

@@ -204,6 +204,20 @@ def test_subgroups_errors_and_the_comm(tmp_path):
             assert ld.comm(pair).size == 2
         c = ld.comm()
         assert isinstance(c, lockstep.Comm) and (c.rank, c.size) == (rank, size)
+
+        # torch's object collectives: pickles through broadcast and all_gather
+        objs = [{"from": rank, "s": "x" * 1000}] if rank == 2 else [None]
+        dist.broadcast_object_list(objs, src=2)
+        assert objs == [{"from": 2, "s": "x" * 1000}]
+        every = [None] * size
+        dist.all_gather_object(every, ("r", rank, list(range(rank))))
+        assert every == [("r", r, list(range(r))) for r in range(size)]
+        got = [None] * size if rank == 1 else None
+        dist.gather_object({"r": rank}, got, dst=1)
+        assert rank != 1 or got == [{"r": r} for r in range(size)]
+        mine = [None]
+        dist.scatter_object_list(mine, [f"to{r}" for r in range(size)] if rank == 0 else None, src=0)
+        assert mine == [f"to{rank}"]
         gloo = dist.new_group(backend="gloo")
         with pytest.raises(ValueError, match="not a group of the lockstep back end"):
             ld.comm(gloo)

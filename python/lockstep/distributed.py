@@ -32,7 +32,8 @@ gloo group for them), as do CUDA tensors (ValueError). torch.compile turns dist.
 into torch's functional collectives (torch.distributed._functional_collectives), which
 run here too.
 
-comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep.
+comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep;
+pg_options=lockstep.distributed.Options(buffer_bytes=..., ...) sets up that Comm.
 Failures raise lockstep's CommError subclasses (PeerDiedError, CommTimeoutError,
 MismatchError...) from the torch call; the deadline is the group's timeout. All ranks
 of a group must run on one host (checked when the group is created).
@@ -47,7 +48,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from . import Comm
 
-__all__ = ["LockstepGroup", "comm"]
+__all__ = ["LockstepGroup", "Options", "comm"]
 
 # Reduction ops as ints: comparing or hashing torch's pybind enum costs 0.2-0.5 us each
 _R = dist.ReduceOp.RedOpType
@@ -309,7 +310,32 @@ def _host():
     return f"{socket.gethostname()}/{boot}"
 
 
-def _create(store, rank, size, timeout):
+class Options:
+    """Settings for the lockstep.Comm behind a group, given as pg_options to
+    dist.init_process_group or dist.new_group: buffer_bytes (zero-copy: all_reduce of
+    tensors from comm(group).buffer(...) skips the copies through shared memory),
+    cpu_sharers, wait_policy, small_bytes, chunk_bytes, allreduce_small_bytes, as
+    lockstep.Comm takes them. The deadline is the group's timeout."""
+
+    KEYS = ("buffer_bytes", "cpu_sharers", "wait_policy", "small_bytes", "chunk_bytes", "allreduce_small_bytes")
+
+    def __init__(self, **comm_kwargs):
+        bad = sorted(set(comm_kwargs) - set(self.KEYS))
+        if bad:
+            raise TypeError(f"lockstep.distributed.Options takes {', '.join(self.KEYS)}; not {', '.join(bad)}")
+        self.comm_kwargs = comm_kwargs
+
+    def __repr__(self):
+        return f"Options({', '.join(f'{k}={v!r}' for k, v in self.comm_kwargs.items())})"
+
+
+def _create(opts, options):
+    if options is None:
+        options = Options()
+    elif not isinstance(options, Options):
+        raise TypeError(f"pg_options for the lockstep back end must be lockstep.distributed.Options(...), "
+                        f"not {type(options).__name__}")
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
     # The store is the group's own (torch prefixes it). A group made again under the same
     # prefix (after destroy_process_group) must not read the last one's keys: each rank
     # counts its creations, and every rank has made as many.
@@ -326,8 +352,9 @@ def _create(store, rank, size, timeout):
     if rank == 0:
         store.set(f"{key}/job", f"tdist-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     job = store.get(f"{key}/job").decode()
-    seconds = timeout.total_seconds() if timeout is not None else 0
-    return LockstepGroup(Comm(job, rank, size, timeout=seconds if seconds > 0 else None), rank, size)
+    seconds = opts.timeout.total_seconds() if opts.timeout is not None else 0
+    c = Comm(job, rank, size, timeout=seconds if seconds > 0 else None, **options.comm_kwargs)
+    return LockstepGroup(c, rank, size)
 
 
 def comm(group=None):
@@ -339,4 +366,4 @@ def comm(group=None):
     return g.comm
 
 
-dist.Backend.register_backend("lockstep", _create, devices=["cpu"])
+dist.Backend.register_backend("lockstep", _create, extended_api=True, devices=["cpu"])

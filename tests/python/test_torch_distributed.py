@@ -364,3 +364,34 @@ def test_under_torchrun(tmp_path):
                         str(script)], timeout=180, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not segments()
+
+
+def test_options_set_up_the_comm(tmp_path):
+    import lockstep.distributed as ld
+    with pytest.raises(TypeError, match="takes buffer_bytes.*not colour"):
+        ld.Options(colour="blue")
+
+    def body(rank, size, job):
+        import lockstep.distributed as ld
+        path = os.path.join(tmp_path, "store")
+        dist.init_process_group("lockstep", init_method=f"file://{path}", rank=rank, world_size=size,
+                                pg_options=ld.Options(buffer_bytes=1 << 20, wait_policy="auto"),
+                                timeout=datetime.timedelta(seconds=60))
+        try:
+            z = ld.comm().buffer((1000, 64), torch.bfloat16)  # 128 KB of the 1 MiB buffer: zero-copy
+            z.fill_(rank + 1)
+            dist.all_reduce(z)
+            assert torch.equal(z, torch.full((1000, 64), size * (size + 1) / 2, dtype=torch.bfloat16))
+            with pytest.raises(ValueError, match="larger buffer_bytes"):
+                ld.comm().buffer((1 << 20,), torch.float32)
+            with pytest.raises(TypeError, match="must be lockstep.distributed.Options"):
+                dist.new_group(backend="lockstep", pg_options={"buffer_bytes": 1})
+            g = dist.new_group(backend="lockstep")  # no options: no buffer
+            with pytest.raises(ValueError):
+                ld.comm(g).buffer((1,), torch.float32)
+        finally:
+            dist.destroy_process_group()
+        return True
+
+    assert run_ranks(body, 2) == {0: True, 1: True}
+    assert not segments()

@@ -35,8 +35,14 @@ run here too.
 comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep;
 pg_options=lockstep.distributed.Options(buffer_bytes=..., ...) sets up that Comm.
 Failures raise lockstep's CommError subclasses (PeerDiedError, CommTimeoutError,
-MismatchError...) from the torch call; the deadline is the group's timeout. All ranks
-of a group must run on one host (checked when the group is created).
+MismatchError...) from the torch call; the deadline is the group's timeout.
+
+A group whose ranks run on several hosts (told apart by hostname and boot id) runs
+lockstep within each host and gloo between the hosts' leaders (their lowest ranks), as
+lockstep_mpi does with MPI: an all_reduce is the host's allreduce, the leaders' gloo
+allreduce and the host's broadcast, so every rank still gets the same bits, but f16 and
+bf16 sums are rounded on both levels, and errors between hosts are gloo's. comm(group)
+is then this host's Comm, with this host's ranks.
 """
 import os
 import socket
@@ -82,6 +88,11 @@ def _done(result, opts):
     return _create_work_from_future(fut)
 
 
+def _bytes(t):
+    """a contiguous tensor's memory as uint8 (gloo moves only some dtypes)"""
+    return t.reshape(-1).view(torch.uint8)
+
+
 def _cpu(t):
     if not t.is_cpu:
         raise ValueError(f"the lockstep back end takes CPU tensors; this one is on {t.device}: "
@@ -100,6 +111,21 @@ class LockstepGroup(dist.ProcessGroup):
 
     def getBackendName(self):
         return "lockstep"
+
+    # The four transfers everything below is made of; _Hosts replaces them across hosts.
+    def _allreduce(self, t, name):
+        """t (contiguous, a dtype lockstep reduces) = name over every rank's t"""
+        self.comm.allreduce(t, name)
+
+    def _allgather(self, inp, out=None):
+        """every rank's inp (contiguous) into out, or a new (size, *inp.shape) tensor"""
+        return self.comm.allgather(inp, out)
+
+    def _broadcast(self, t, root):
+        self.comm.broadcast(t, root)
+
+    def _barrier(self):
+        self.comm.barrier()
 
     # torch names every group after making it; its functional collectives (what
     # torch.compile turns dist.* calls into) find the group by that name, which the base
@@ -128,9 +154,9 @@ class LockstepGroup(dist.ProcessGroup):
             raise ValueError(f"AVG needs a floating-point tensor, not {t.dtype}")
         work = t if t.is_contiguous() else t.contiguous()
         if t.dtype in _NATIVE_DTYPES and (op == AVG or op in _NATIVE_OPS):
-            self.comm.allreduce(work, _NATIVE_OPS.get(op, "sum"))
+            self._allreduce(work, _NATIVE_OPS.get(op, "sum"))
         elif work.numel():
-            every = self.comm.allgather(work)  # (size, *shape), rank r's at [r]
+            every = self._allgather(work)  # (size, *shape), rank r's at [r]
             acc = every[0]
             for r in range(1, self._n):  # in rank order, as on every rank
                 acc = fold(acc, every[r])
@@ -145,7 +171,7 @@ class LockstepGroup(dist.ProcessGroup):
         name = _NATIVE_OPS.get(op)
         for t in tensors:
             if name and t.dtype in _NATIVE_DTYPES and t.is_cpu and t.is_contiguous():
-                self.comm.allreduce(t, name)  # the common case, without _reduce's checks
+                self._allreduce(t, name)  # the common case, without _reduce's checks
             else:
                 self._reduce(t, op)
         return _done(tensors, opts)
@@ -191,14 +217,14 @@ class LockstepGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts):
         for t in tensors:
             work = _cpu(t) if t.is_contiguous() else t.contiguous()
-            self.comm.broadcast(work, opts.rootRank)
+            self._broadcast(work, opts.rootRank)
             if work is not t:
                 t.copy_(work)
         return _done(tensors, opts)
 
     def _gather(self, inp):
         """every rank's inp, as a (size, *inp.shape) tensor"""
-        return self.comm.allgather(_cpu(inp).contiguous())
+        return self._allgather(_cpu(inp).contiguous())
 
     def allgather(self, output_lists, inputs, opts=None):
         for outs, inp in zip(output_lists, inputs):
@@ -217,7 +243,7 @@ class LockstepGroup(dist.ProcessGroup):
             raise ValueError(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
                              f"{inp.dtype} elements, not {output.numel()} {output.dtype}")
         if output.is_contiguous():
-            self.comm.allgather(_cpu(inp).contiguous(), output)
+            self._allgather(_cpu(inp).contiguous(), output)
         else:
             output.copy_(self._gather(inp).view(output.shape))
 
@@ -254,12 +280,12 @@ class LockstepGroup(dist.ProcessGroup):
                 whole = torch.stack([p.reshape(out.shape) for p in parts])
             else:
                 whole = torch.empty((self._n,) + tuple(out.shape), dtype=out.dtype)
-            self.comm.broadcast(whole, opts.rootRank)
+            self._broadcast(whole, opts.rootRank)
             out.copy_(whole[self._me])
         return _done(outputs, opts)
 
     def barrier(self, opts=None):
-        self.comm.barrier()
+        self._barrier()
         fut = torch.futures.Future()
         fut.set_result(None)
         return _create_work_from_future(fut)
@@ -298,6 +324,65 @@ class LockstepGroup(dist.ProcessGroup):
 
     def abort(self):
         self.comm.close()
+
+
+class _Hosts(LockstepGroup):
+    """A group over several hosts: lockstep within each host, gloo between one leader per
+    host (its lowest rank), as lockstep_mpi does with MPI. all_reduce: the host's
+    allreduce, the leaders' gloo allreduce, the host's broadcast from its leader, so every
+    rank gets the same bits (f16 and bf16 sums are rounded on both levels). Errors between
+    hosts are gloo's, under the group's timeout."""
+
+    def __init__(self, comm, rank, size, hosts, gloo):
+        super().__init__(comm, rank, size)
+        self._host_of = hosts  # rank -> host index
+        self._local = [[r for r in range(size) if hosts[r] == h] for h in range(max(hosts) + 1)]
+        self._gloo = gloo  # the leaders' group, None on the other ranks
+
+    def _allreduce(self, t, name):
+        self.comm.allreduce(t, name)
+        if self._gloo is not None:
+            o = dist.AllreduceOptions()
+            o.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[name]
+            self._gloo.allreduce([t], o).wait()
+        self.comm.broadcast(t, 0)
+
+    def _allgather(self, inp, out=None):
+        mine = self.comm.allgather(inp)  # this host's ranks, in rank order
+        every = torch.empty((self._n,) + tuple(inp.shape), dtype=inp.dtype) if out is None else out.view(
+            (self._n,) + tuple(inp.shape))
+        if self._gloo is not None:  # hosts may hold different numbers of ranks: pad to the most
+            most = max(len(ranks) for ranks in self._local)
+            block = torch.zeros((most,) + tuple(inp.shape), dtype=inp.dtype)
+            block[:len(mine)] = mine
+            blocks = [torch.empty_like(block) for _ in self._local]
+            self._gloo.allgather([[_bytes(b) for b in blocks]], [_bytes(block)]).wait()
+            for h, ranks in enumerate(self._local):
+                for k, r in enumerate(ranks):
+                    every[r] = blocks[h][k]
+        self.comm.broadcast(every, 0)
+        return every if out is None else out
+
+    def _broadcast(self, t, root):
+        h = self._host_of[root]
+        if self._host_of[self._me] == h:
+            self.comm.broadcast(t, self._local[h].index(root))
+        if self._gloo is not None:
+            o = dist.BroadcastOptions()
+            o.rootRank = h
+            self._gloo.broadcast([_bytes(t)], o).wait()
+        if self._host_of[self._me] != h:
+            self.comm.broadcast(t, 0)
+
+    def _barrier(self):
+        self.comm.barrier()
+        if self._gloo is not None:
+            self._gloo.barrier().wait()
+        self.comm.barrier()
+
+    def shutdown(self):
+        super().shutdown()
+        self._gloo = None
 
 
 def _host():
@@ -343,18 +428,22 @@ def _create(opts, options):
     key = f"lockstep/{n}"
     host = _host()
     store.set(f"{key}/host/{rank}", host)
-    hosts = [store.get(f"{key}/host/{r}").decode() for r in range(size)]
-    away = [r for r, h in enumerate(hosts) if h != hosts[0]]
-    if away:
-        raise RuntimeError(f"the lockstep back end joins the ranks of one host only: group ranks {away} run "
-                           f"on another host than rank 0 ({hosts[0].split('/')[0]}); use another back end "
-                           f"across hosts")
-    if rank == 0:
-        store.set(f"{key}/job", f"tdist-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    job = store.get(f"{key}/job").decode()
+    names = [store.get(f"{key}/host/{r}").decode() for r in range(size)]
+    order = list(dict.fromkeys(names))  # hosts in the order of their lowest rank
+    hosts = [order.index(h) for h in names]
+    me = hosts[rank]
+    local = [r for r in range(size) if hosts[r] == me]
+    if local[0] == rank:  # this host's leader names its segment
+        store.set(f"{key}/job/{me}", f"tdist-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    job = store.get(f"{key}/job/{me}").decode()
     seconds = opts.timeout.total_seconds() if opts.timeout is not None else 0
-    c = Comm(job, rank, size, timeout=seconds if seconds > 0 else None, **options.comm_kwargs)
-    return LockstepGroup(c, rank, size)
+    c = Comm(job, local.index(rank), len(local), timeout=seconds if seconds > 0 else None, **options.comm_kwargs)
+    if len(order) == 1:
+        return LockstepGroup(c, rank, size)
+    gloo = None
+    if local[0] == rank:
+        gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/leaders/", store), me, len(order), opts.timeout)
+    return _Hosts(c, rank, size, hosts, gloo)
 
 
 def comm(group=None):

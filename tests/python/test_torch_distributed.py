@@ -1,5 +1,6 @@
 """torch.distributed's "lockstep" back end (lockstep.distributed): every collective
-against a reference computed here, the same bits on every rank, subgroups, errors."""
+against a reference computed here, the same bits on every rank, subgroups, groups over
+several (emulated) hosts, errors, launchers."""
 import datetime
 import hashlib
 import os
@@ -20,11 +21,14 @@ def segments():
     return {n for n in os.listdir("/dev/shm") if n.startswith("lockstep-tdist-")}
 
 
-def in_group(fn, where, timeout=60):
+def in_group(fn, where, timeout=60, hosts=None):
     """fn(rank, size) between init_process_group("lockstep") and destroy_process_group,
-    the store a file in the directory `where`; for run_ranks"""
+    the store a file in the directory `where`; for run_ranks. hosts: the host each rank
+    claims to run on, to emulate several"""
     def body(rank, size, job):
-        import lockstep.distributed  # noqa: F401 (registers the back end)
+        import lockstep.distributed as ld
+        if hosts is not None:
+            ld._host = lambda: f"host{hosts[rank]}/emulated"
         path = os.path.join(where, "store")
         dist.init_process_group("lockstep", init_method=f"file://{path}", rank=rank, world_size=size,
                                 timeout=datetime.timedelta(seconds=timeout))
@@ -85,109 +89,116 @@ def cases():
         yield torch.bool, op
 
 
+def all_reduce_body(rank, size, rank_order=True):
+    """every dtype and op, and the odd tensors, against references; returns a digest
+    of the results. rank_order: rounding sums must equal adding in rank order (not so
+    for lockstep's own dtypes over several hosts)"""
+    out = []
+    for dt, op in cases():
+        t = value(rank, dt)
+        dist.all_reduce(t, op=op)
+        want = reference(op, dt, size)
+        assert t.dtype == dt and torch.equal(t, want), (dt, op, t, want)
+        out.append(t)
+    # a view that is not contiguous: the result lands in it, the rest is untouched
+    base = torch.full((37, 2), -1.0)
+    base[:, 0] = value(rank, torch.float32)
+    dist.all_reduce(base[:, 0])
+    assert torch.equal(base[:, 0], reference(dist.ReduceOp.SUM, torch.float32, size))
+    assert torch.equal(base[:, 1], torch.full((37,), -1.0))
+    # complex (torch hands it over as float pairs), 0-d, empty
+    z = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+    dist.all_reduce(z)
+    assert torch.equal(z, torch.full((3,), complex(size * (size - 1) // 2, size), dtype=torch.complex64))
+    s = torch.tensor(rank + 1, dtype=torch.int64)
+    dist.all_reduce(s)
+    assert s.shape == () and s.item() == size * (size + 1) // 2
+    e = torch.empty(0, dtype=torch.float64)
+    dist.all_reduce(e, op=dist.ReduceOp.PRODUCT)
+    assert e.shape == (0,)
+    # sums that round: the bits are those of adding in rank order (bfloat16: in float32,
+    # rounded once), and every rank agrees
+    for dt, tiny in ((torch.float32, 2.0 ** -30), (torch.float64, 2.0 ** -60), (torch.bfloat16, 2.0 ** -12)):
+        def row(k):  # columns whose sum in any other order gives other bits (from 3 ranks)
+            return [(1.0, -1.0, tiny, tiny)[k], (tiny, tiny, 1.0, -1.0)[k], (tiny, 1.0, -1.0, tiny)[k]]
+        x = torch.tensor(row(rank), dtype=torch.float64).to(dt)
+        dist.all_reduce(x)
+        acc = torch.tensor(row(0), dtype=torch.float64).to(dt)
+        acc = acc.double() if dt == torch.float64 else acc.float()
+        for k in range(1, size):
+            acc = acc + torch.tensor(row(k), dtype=torch.float64).to(dt).to(acc.dtype)
+        if rank_order or dt == torch.float64:  # float64 is gathered and added here in rank order
+            assert torch.equal(x, acc.to(dt)), (dt, x, acc)
+        out.append(x)
+    return digest(*out)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_all_reduce_of_every_dtype_and_op(size, tmp_path):
-    def fn(rank, size):
-        out = []
-        for dt, op in cases():
-            t = value(rank, dt)
-            dist.all_reduce(t, op=op)
-            want = reference(op, dt, size)
-            assert t.dtype == dt and torch.equal(t, want), (dt, op, t, want)
-            out.append(t)
-        # a view that is not contiguous: the result lands in it, the rest is untouched
-        base = torch.full((37, 2), -1.0)
-        base[:, 0] = value(rank, torch.float32)
-        dist.all_reduce(base[:, 0])
-        assert torch.equal(base[:, 0], reference(dist.ReduceOp.SUM, torch.float32, size))
-        assert torch.equal(base[:, 1], torch.full((37,), -1.0))
-        # complex (torch hands it over as float pairs), 0-d, empty
-        z = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
-        dist.all_reduce(z)
-        assert torch.equal(z, torch.full((3,), complex(size * (size - 1) // 2, size), dtype=torch.complex64))
-        s = torch.tensor(rank + 1, dtype=torch.int64)
-        dist.all_reduce(s)
-        assert s.shape == () and s.item() == size * (size + 1) // 2
-        e = torch.empty(0, dtype=torch.float64)
-        dist.all_reduce(e, op=dist.ReduceOp.PRODUCT)
-        assert e.shape == (0,)
-        # sums that round: the bits are those of adding in rank order (bfloat16: in float32,
-        # rounded once), and every rank agrees
-        for dt, tiny in ((torch.float32, 2.0 ** -30), (torch.float64, 2.0 ** -60), (torch.bfloat16, 2.0 ** -12)):
-            def row(k):  # columns whose sum in any other order gives other bits (from 3 ranks)
-                return [(1.0, -1.0, tiny, tiny)[k], (tiny, tiny, 1.0, -1.0)[k], (tiny, 1.0, -1.0, tiny)[k]]
-            x = torch.tensor(row(rank), dtype=torch.float64).to(dt)
-            dist.all_reduce(x)
-            acc = torch.tensor(row(0), dtype=torch.float64).to(dt)
-            acc = acc.double() if dt == torch.float64 else acc.float()
-            for k in range(1, size):
-                acc = acc + torch.tensor(row(k), dtype=torch.float64).to(dt).to(acc.dtype)
-            assert torch.equal(x, acc.to(dt)), (dt, x, acc)
-            out.append(x)
-        return digest(*out)
-
-    got = run_ranks(in_group(fn, tmp_path), size)
+    got = run_ranks(in_group(all_reduce_body, tmp_path), size)
     assert len(set(got.values())) == 1, got
     assert not segments()
 
 
+def collectives_body(rank, size):
+    """broadcast, gathers, scatter, reduce_scatter, reduce, async, barrier"""
+    R = dist.ReduceOp
+    for root in range(size):
+        t = torch.arange(10, dtype=torch.int64) * (rank + 1)
+        dist.broadcast(t, root)
+        assert torch.equal(t, torch.arange(10, dtype=torch.int64) * (root + 1))
+    base = torch.zeros(4, 3, dtype=torch.bfloat16)
+    base[:, 1] = rank + 1
+    dist.broadcast(base[:, 1], size - 1)  # not contiguous
+    assert torch.equal(base[:, 1], torch.full((4,), size, dtype=torch.bfloat16))
+    assert not base[:, 0].any() and not base[:, 2].any()
+
+    mine = torch.tensor([[rank, -rank], [2 * rank, 7]], dtype=torch.float64)
+    every = [torch.tensor([[r, -r], [2 * r, 7]], dtype=torch.float64) for r in range(size)]
+    out = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)]
+    dist.all_gather(out, mine)
+    assert all(torch.equal(o, w) for o, w in zip(out, every))
+    flat = torch.empty(size * 2, 2, dtype=torch.float64)
+    dist.all_gather_into_tensor(flat, mine)
+    assert torch.equal(flat, torch.cat(every))
+    strided = torch.empty(2, size * 2, dtype=torch.float64).t()  # an output that is not contiguous
+    dist.all_gather_into_tensor(strided, mine)
+    assert torch.equal(strided, torch.cat(every))
+
+    root = 1 % size
+    got = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)] if rank == root else None
+    dist.gather(mine, got, dst=root)
+    if rank == root:
+        assert all(torch.equal(o, w) for o, w in zip(got, every))
+    part = torch.empty(3, dtype=torch.int32)
+    parts = [torch.arange(3, dtype=torch.int32) + 10 * r for r in range(size)] if rank == root else None
+    dist.scatter(part, parts, src=root)
+    assert torch.equal(part, torch.arange(3, dtype=torch.int32) + 10 * rank)
+
+    whole = torch.arange(size * 3, dtype=torch.float32) * (rank + 1)
+    keep = whole.clone()
+    o = torch.empty(3)
+    dist.reduce_scatter_tensor(o, whole)
+    assert torch.equal(o, torch.arange(rank * 3, rank * 3 + 3, dtype=torch.float32) * (size * (size + 1) // 2))
+    assert torch.equal(whole, keep)  # the input stays as it was
+    o = torch.empty(3, dtype=torch.int64)
+    dist.reduce_scatter(o, [torch.full((3,), r * 100 + rank, dtype=torch.int64) for r in range(size)], op=R.MAX)
+    assert torch.equal(o, torch.full((3,), rank * 100 + size - 1, dtype=torch.int64))
+
+    t = torch.full((5,), float(rank + 1))
+    dist.reduce(t, dst=root)
+    want = size * (size + 1) / 2 if rank == root else rank + 1
+    assert torch.equal(t, torch.full((5,), float(want)))  # the others' stay as they were
+
+    w = dist.all_reduce(t := torch.ones(3), async_op=True)
+    assert w.wait() and torch.equal(t, torch.full((3,), float(size)))
+    dist.barrier()
+    return True
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_broadcast_gather_scatter_reduce_scatter_and_reduce(size, tmp_path):
-    def fn(rank, size):
-        R = dist.ReduceOp
-        for root in range(size):
-            t = torch.arange(10, dtype=torch.int64) * (rank + 1)
-            dist.broadcast(t, root)
-            assert torch.equal(t, torch.arange(10, dtype=torch.int64) * (root + 1))
-        base = torch.zeros(4, 3, dtype=torch.bfloat16)
-        base[:, 1] = rank + 1
-        dist.broadcast(base[:, 1], size - 1)  # not contiguous
-        assert torch.equal(base[:, 1], torch.full((4,), size, dtype=torch.bfloat16))
-        assert not base[:, 0].any() and not base[:, 2].any()
-
-        mine = torch.tensor([[rank, -rank], [2 * rank, 7]], dtype=torch.float64)
-        every = [torch.tensor([[r, -r], [2 * r, 7]], dtype=torch.float64) for r in range(size)]
-        out = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)]
-        dist.all_gather(out, mine)
-        assert all(torch.equal(o, w) for o, w in zip(out, every))
-        flat = torch.empty(size * 2, 2, dtype=torch.float64)
-        dist.all_gather_into_tensor(flat, mine)
-        assert torch.equal(flat, torch.cat(every))
-        strided = torch.empty(2, size * 2, dtype=torch.float64).t()  # an output that is not contiguous
-        dist.all_gather_into_tensor(strided, mine)
-        assert torch.equal(strided, torch.cat(every))
-
-        root = 1 % size
-        got = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)] if rank == root else None
-        dist.gather(mine, got, dst=root)
-        if rank == root:
-            assert all(torch.equal(o, w) for o, w in zip(got, every))
-        part = torch.empty(3, dtype=torch.int32)
-        parts = [torch.arange(3, dtype=torch.int32) + 10 * r for r in range(size)] if rank == root else None
-        dist.scatter(part, parts, src=root)
-        assert torch.equal(part, torch.arange(3, dtype=torch.int32) + 10 * rank)
-
-        whole = torch.arange(size * 3, dtype=torch.float32) * (rank + 1)
-        keep = whole.clone()
-        o = torch.empty(3)
-        dist.reduce_scatter_tensor(o, whole)
-        assert torch.equal(o, torch.arange(rank * 3, rank * 3 + 3, dtype=torch.float32) * (size * (size + 1) // 2))
-        assert torch.equal(whole, keep)  # the input stays as it was
-        o = torch.empty(3, dtype=torch.int64)
-        dist.reduce_scatter(o, [torch.full((3,), r * 100 + rank, dtype=torch.int64) for r in range(size)], op=R.MAX)
-        assert torch.equal(o, torch.full((3,), rank * 100 + size - 1, dtype=torch.int64))
-
-        t = torch.full((5,), float(rank + 1))
-        dist.reduce(t, dst=root)
-        want = size * (size + 1) / 2 if rank == root else rank + 1
-        assert torch.equal(t, torch.full((5,), float(want)))  # the others' stay as they were
-
-        w = dist.all_reduce(t := torch.ones(3), async_op=True)
-        assert w.wait() and torch.equal(t, torch.full((3,), float(size)))
-        dist.barrier()
-        return True
-
-    assert run_ranks(in_group(fn, tmp_path), size) == {r: True for r in range(size)}
+    assert run_ranks(in_group(collectives_body, tmp_path), size) == {r: True for r in range(size)}
     assert not segments()
 
 
@@ -266,18 +277,22 @@ def test_a_killed_rank_fails_the_others_with_peer_died(tmp_path):
     assert not segments()
 
 
-def test_ranks_on_another_host_are_refused_on_every_rank(tmp_path):
-    def body(rank, size, job):
+@pytest.mark.parametrize("hosts", [[0, 1], [0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]])
+def test_groups_over_several_hosts(hosts, tmp_path):
+    """ranks claiming different hosts: lockstep within each, gloo between the leaders;
+    interleaved and uneven hosts"""
+    def fn(rank, size):
         import lockstep.distributed as ld
-        if rank == 1:
-            ld._host = lambda: "elsewhere/0"
-        path = os.path.join(tmp_path, "store")
-        with pytest.raises(RuntimeError, match=r"one host only: group ranks \[1\] run on another host"):
-            dist.init_process_group("lockstep", init_method=f"file://{path}", rank=rank, world_size=size,
-                                    timeout=datetime.timedelta(seconds=30))
-        return True
+        assert ld.comm().size == hosts.count(hosts[rank])  # this host's ranks
+        got = all_reduce_body(rank, size, rank_order=False)
+        assert collectives_body(rank, size)
+        every = [None] * size
+        dist.all_gather_object(every, {"rank": rank})
+        assert every == [{"rank": r} for r in range(size)]
+        return got
 
-    assert run_ranks(body, 3) == {0: True, 1: True, 2: True}
+    got = run_ranks(in_group(fn, tmp_path, hosts=hosts), len(hosts))
+    assert len(set(got.values())) == 1, got  # the same bits on every rank
     assert not segments()
 
 

@@ -1,5 +1,5 @@
 """torch.distributed's "lockstep" back end: torch's collectives on CPU tensors through
-lockstep's shared memory, for the ranks of one node.
+lockstep's shared memory between the ranks of a node (and gloo between nodes).
 
     import torch.distributed as dist
     import lockstep.distributed                # registers the back end
@@ -327,11 +327,9 @@ class LockstepGroup(dist.ProcessGroup):
 
 
 class _Hosts(LockstepGroup):
-    """A group over several hosts: lockstep within each host, gloo between one leader per
-    host (its lowest rank), as lockstep_mpi does with MPI. all_reduce: the host's
-    allreduce, the leaders' gloo allreduce, the host's broadcast from its leader, so every
-    rank gets the same bits (f16 and bf16 sums are rounded on both levels). Errors between
-    hosts are gloo's, under the group's timeout."""
+    """A group over several hosts (see the module docstring): each transfer runs on this
+    host's Comm, between the hosts' leaders (local rank 0) on gloo, and again on this
+    host's Comm."""
 
     def __init__(self, comm, rank, size, hosts, gloo):
         super().__init__(comm, rank, size)

@@ -13,9 +13,9 @@
 
 /* Every f16 and bf16 bit pattern through lockstep_reduce, against references built
  * here: the compiler's _Float16 conversion for f16 (or, without one, tests/common/half.h's
- * own), and for bf16 a rounding that picks
- * the nearer of the two neighbouring bf16 values by their distances in double. The
- * count is not a multiple of any vector width, so vector bodies and tails both run. */
+ * own), and for bf16 a rounding that picks the nearer of the two neighbouring bf16
+ * values by their distances in double. The count is not a multiple of any vector
+ * width, so vector bodies and tails both run. */
 enum { NHALF = 65536 + 5 };
 
 static int bf16_nan(uint16_t h)
@@ -56,8 +56,10 @@ static void check_soft_halves(void)
         float w = test_half_to_float((uint16_t)i), v = soft_half_to_float((uint16_t)i);
         CHECK(memcmp(&w, &v, 4) == 0 || (w != w && v != v));
     }
-    /* every binary32 around the binary16 grid: the values whose 13 low mantissa bits
-     * are near 0, the halfway point 0x1000 or the top, for every exponent and sign */
+    /* binary32 values around the binary16 grid: every setting of the top 19 bits (sign,
+     * exponent, 10 mantissa bits), with the 13 low bits at or next to 0, a quarter, the
+     * halfway point 0x1000, three quarters and the top; subnormal halves' halfway points
+     * have all 13 low bits clear, so they are among them */
     static const uint32_t low[] = {0, 1, 0xfff, 0x1000, 0x1001, 0x1fff, 0x0800, 0x17ff};
     for (uint32_t hi = 0; hi < (1u << 19); hi++)
         for (size_t k = 0; k < sizeof low / sizeof low[0]; k++) {

@@ -61,6 +61,7 @@ _R = dist.ReduceOp.RedOpType
 SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR = (int(_R.SUM), int(_R.AVG), int(_R.PRODUCT), int(_R.MAX),
                                                 int(_R.MIN), int(_R.BAND), int(_R.BOR), int(_R.BXOR))
 _NATIVE_OPS = {SUM: "sum", MAX: "max", MIN: "min"}  # AVG: a sum, divided
+_GLOO_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}  # across hosts
 _NATIVE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.int32))
 _FOLDS = {  # acc = acc op x, in place, for what lockstep has no kernel for
     SUM: lambda acc, x: acc.add_(x),
@@ -78,14 +79,17 @@ def _op(opts):
     return int(opts.reduceOp.op)
 
 
-def _done(result, opts):
-    """What a collective returns: None for a blocking call (torch then waits on nothing),
-    a completed work for async_op=True."""
-    if not getattr(opts, "asyncOp", True):
-        return None
+def _completed(result):
+    """a torch Work that is already done, with result"""
     fut = torch.futures.Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
+
+
+def _done(result, opts):
+    """What a collective returns: None for a blocking call (torch then waits on nothing),
+    a completed work for async_op=True."""
+    return _completed(result) if getattr(opts, "asyncOp", True) else None
 
 
 def _bytes(t):
@@ -286,9 +290,7 @@ class LockstepGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._barrier()
-        fut = torch.futures.Future()
-        fut.set_result(None)
-        return _create_work_from_future(fut)
+        return _completed(None)  # a work even when blocking: some callers (torch.distributed.rpc) wait on it
 
     # ---- what lockstep does not do ----------------------------------------------------
 
@@ -341,7 +343,7 @@ class _Hosts(LockstepGroup):
         self.comm.allreduce(t, name)
         if self._gloo is not None:
             o = dist.AllreduceOptions()
-            o.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[name]
+            o.reduceOp = _GLOO_OPS[name]
             self._gloo.allreduce([t], o).wait()
         self.comm.broadcast(t, 0)
 

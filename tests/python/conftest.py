@@ -84,3 +84,18 @@ def every_numpy_dtype(rng):
         "scalar": np.array(3.5, dtype=np.float32),
         "empty": np.zeros((0, 4), dtype=np.float32),
     }
+
+
+def compile_capturing(f, *args):
+    """torch.compile(f, fullgraph=True) run on args, through a backend that keeps the
+    graph: returns (the output, the call_function targets of the first graph as str)"""
+    import torch
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    out = torch.compile(f, backend=capture, fullgraph=True)(*args)
+    assert graphs, "torch.compile did not call the backend"
+    return out, [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]

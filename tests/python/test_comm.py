@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lockstep
-from conftest import run_ranks
+from conftest import compile_capturing, run_ranks
 
 try:
     import torch
@@ -561,22 +561,14 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
         torch.ops.lockstep.all_reduce_(t, h, "sum")
         assert t.tolist() == [0, 1, 2, 3]  # one rank: unchanged, and no error
 
-        graphs = []
-
-        def capture(gm, example_inputs):
-            graphs.append(gm)
-            return gm.forward
-
         def f(x):
             y = x * 2
             torch.ops.lockstep.all_reduce_(y, h, "sum")
             torch.ops.lockstep.broadcast_(y, h, 0)
             return torch.ops.lockstep.all_gather(y.reshape(2, 4), h, 1) + 1
 
-        out = torch.compile(f, backend=capture, fullgraph=True)(torch.ones(8))
+        out, targets = compile_capturing(f, torch.ones(8))
         assert out.shape == (2, 4) and out.flatten().tolist() == [3.0] * 8
-        assert graphs, "torch.compile did not call the backend"
-        targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
         for name in ("all_reduce_", "broadcast_", "all_gather"):
             assert any("lockstep." + name in t for t in targets), (name, targets)
         with pytest.raises(ValueError, match="register"):

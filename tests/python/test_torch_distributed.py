@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import run_ranks
+from conftest import compile_capturing, run_ranks
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -338,20 +338,13 @@ def test_functional_collectives_and_torch_compile(tmp_path):
         assert torch.equal(fc.reduce_scatter_tensor(x, "max", 0, group), torch.arange(3) + 3 * rank + 1.0)
         assert torch.equal(fc.broadcast(x, 1, group), torch.arange(6) + 1.0)
 
-        graphs = []
-
-        def capture(gm, example_inputs):
-            graphs.append(gm)
-            return gm.forward
-
         def f(y):
             z = y * 2
             dist.all_reduce(z)  # torch.compile makes this a functional collective
             return fc.all_gather_tensor(z + 1, 0, group)
 
-        out = torch.compile(f, backend=capture, fullgraph=True)(torch.full((2,), float(rank + 1)))
+        out, targets = compile_capturing(f, torch.full((2,), float(rank + 1)))
         assert torch.equal(out, torch.full((4,), 7.0))  # (1 + 2) * 2 + 1, from both ranks
-        targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
         for name in ("_c10d_functional.all_reduce", "_c10d_functional.all_gather_into_tensor"):
             assert any(name in t for t in targets), (name, targets)
         return True

@@ -33,7 +33,9 @@
  *   bcast_<N>r / allgather_<N>r — lockstep per order and push/pull vs MPI_Bcast /
  *                                MPI_Allgather, sending the same unchanged buffer every call;
  *                                buffer-push: linear push, the buffers in the
- *                                communicator's shared buffer (zero-copy)
+ *                                communicator's shared buffer (zero-copy); eager (up to
+ *                                64 KiB): broadcast_eager_bytes = 64 KiB, whose root
+ *                                returns without waiting, like MPI's eager sends
  *   bcast_fresh_<N>r / allgather_fresh_<N>r — the same, linear order, but the senders
  *                                write new data into the buffer before each call (both
  *                                implementations pay that write), as an inference step
@@ -67,6 +69,7 @@ struct ctx {
     size_t bytes;
     int order, xfer, root;
     int rank, fresh;   /* fresh: senders rewrite their buffer before each call */
+    int with_eager;    /* broadcasts: the eager row too */
     unsigned char gen; /* what they write */
     int size;
     struct bare_rank **bare; /* every rank's part of the shared window, or NULL */
@@ -160,6 +163,13 @@ static int do_allreduce(void *p, int impl)
 static const char *const x_names[] = {"openmpi",      "linear-pull",  "linear-push",   "buffer-push",  "rotated-pull",
                                       "rotated-push", "random-pull",  "random-push",   "topology-pull", "topology-push"};
 #define X_FRESH 4 /* fresh data: the linear and buffer rows only */
+/* Broadcasts have one more: 4 eager (lockstep_comm_params.broadcast_eager_bytes, on the
+ * small-only communicator), then x_names' 4-9 */
+static const char *const b_names[] = {"openmpi",      "linear-pull",  "linear-push",   "buffer-push", "eager",
+                                      "rotated-pull", "rotated-push", "random-pull",   "random-push",
+                                      "topology-pull", "topology-push"};
+#define X_EAGER 4
+#define EAGER_BYTES ((size_t)64 * 1024)
 
 static void x_impl(const struct ctx *c, int impl, int *order, int *xfer, float **send, float **recv)
 {
@@ -174,14 +184,16 @@ static void x_impl(const struct ctx *c, int impl, int *order, int *xfer, float *
 static int do_bcast(void *p, int impl)
 {
     struct ctx *c = p;
-    int order, xfer;
+    if (!c->with_eager && impl >= X_EAGER) /* the rows are x_names' */
+        impl++;
+    int order, xfer, eager = impl == X_EAGER;
     float *buf, *unused;
-    x_impl(c, impl, &order, &xfer, &buf, &unused);
+    x_impl(c, eager ? 1 : impl > X_EAGER ? impl - 1 : impl, &order, &xfer, &buf, &unused);
     if (c->fresh && c->rank == c->root)
         memset(buf, ++c->gen, c->bytes);
     if (impl == 0)
         return MPI_Bcast(buf, (int)c->bytes, MPI_BYTE, c->root, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
-    return lockstep_comm_broadcast(c->ls[0], buf, c->bytes, c->root, order, xfer);
+    return lockstep_comm_broadcast(c->ls[eager], buf, c->bytes, c->root, order, xfer);
 }
 
 static int do_allgather(void *p, int impl)
@@ -246,8 +258,10 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++) {
         lockstep_comm_params_t q = p;
         snprintf(q.job, sizeof q.job, "%.150s-bench%s", base, suffix[k]);
-        if (k == 1) /* everything on the small path (chunk: 1 MiB) */
+        if (k == 1) { /* everything on the small path (chunk: 1 MiB); eager broadcasts */
             q.small_bytes = q.allreduce_small_bytes = max_bytes + 4096;
+            q.broadcast_eager_bytes = EAGER_BYTES;
+        }
         if (k == 2)
             q.small_bytes = 256;              /* everything but tiny on the large path */
         if (k == 0) /* the allreduce's array; the allgather's send and recv (max_bytes / 4 per rank) */
@@ -331,7 +345,8 @@ int main(int argc, char **argv)
             c.bytes = bytes;
             c.root = 0;
             snprintf(w, sizeof w, "bcast%s_%dr", kind, size);
-            run(rank, w, do_bcast, &c, x_names, nimpl);
+            c.with_eager = bytes <= EAGER_BYTES; /* past it, the row would be linear-pull */
+            run(rank, w, do_bcast, &c, c.with_eager ? b_names : x_names, nimpl + c.with_eager);
             snprintf(w, sizeof w, "allgather%s_%dr", kind, size);
             run(rank, w, do_allgather, &c, x_names, nimpl);
         }

@@ -8,7 +8,8 @@
  * Every collective call is numbered. Each rank announces (call kind, op, dtype, count,
  * root) before touching peers' data and checks every peer's announcement; if any
  * disagree the call fails on every rank with -LOCKSTEP_EMISMATCH, never with mixed-up
- * data. Every wait has a deadline (params.timeout_ms) and, between short slices,
+ * data. (Eager broadcasts, params.broadcast_eager_bytes, trade part of this for speed:
+ * their root does not wait, and learns of a disagreement in a later call.) Every wait has a deadline (params.timeout_ms) and, between short slices,
  * checks that peers are alive: a rank that died makes the call fail on the others with
  * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT, a wait
  * abandoned through params.cancel (Ctrl-C, say) with -ECANCELED. After any
@@ -127,11 +128,28 @@ typedef struct lockstep_comm_params {
                                             jobs, on one machine. 0 (default): size;
                                             else at least size (rank 0's decides the
                                             step for everyone) */
+    size_t broadcast_eager_bytes;        /* 0 (default), or up to 65536: broadcasts of at
+                                            most this many bytes are eager. The root
+                                            copies the payload into shared memory and
+                                            returns without waiting (up to 16 calls
+                                            ahead of the slowest rank); each receiver
+                                            waits for the root alone. The price: the
+                                            root learns nothing in the call itself. A
+                                            receiver that disagrees with it (count,
+                                            root, transfer, or another call) fails with
+                                            -LOCKSTEP_EMISMATCH and breaks the
+                                            communicator; the root, and receivers that
+                                            agreed, fail in their next call. A receiver
+                                            that dies is noticed by the root's next call
+                                            that waits. The order and push/pull play no
+                                            part. The first other call after eager
+                                            broadcasts waits until every rank has
+                                            finished them. Same on every rank. */
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
  * 0 (rank 0 picks 512 B or 8 KiB, see allreduce_small_bytes; the switch points are
- * measured, see comm.c), chunk 1 MiB, no buffer, cpu_sharers 0. */
+ * measured, see comm.c), chunk 1 MiB, no buffer, cpu_sharers 0, no eager broadcasts. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and
@@ -154,8 +172,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
 /* Join the job: every rank calls this with the same job and size. Blocks until all
  * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
  * (bad params), ETIMEDOUT (peers did not come), LOCKSTEP_EMISMATCH (on every rank
- * that reached create, when one rank's size or slot and buffer sizes differ from rank
- * 0's), ECANCELED (params.cancel asked),
+ * that reached create, when one rank's size, slot, buffer or eager sizes differ from
+ * rank 0's), ECANCELED (params.cancel asked),
  * EEXIST (a live job already uses the name), ENOSPC (/dev/shm cannot hold the
  * segment: slots and buffers of every rank, all allocated here), ENOMEM, or the
  * shm_open/mmap errno. */

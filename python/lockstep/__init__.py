@@ -24,6 +24,12 @@ are buffer views (past 256 KiB for broadcast, the small_bytes default). Otherwis
 the default xfer="pull": pushing through shared memory copies every block twice, and a
 broadcast's copies all on the root (see lockstep/comm.h).
 
+Eager broadcasts: with broadcast_eager_bytes=N (at most 65536, the same on every rank)
+a broadcast of at most N bytes returns on the root as soon as its data is in shared
+memory, and each receiver waits for the root alone (at 4 and 8 ranks on 2 CPUs, 64 B
+broadcasts 0.6-0.7x OpenMPI's time instead of 4-5x). The root then learns of a
+receiver's mismatch or death only in a later call.
+
 Failures raise subclasses of CommError: PeerDiedError (a rank died), CommTimeoutError
 (a rank missed the deadline; also a TimeoutError), MismatchError (ranks called
 different collectives), CommCancelledError (another rank abandoned the call). After one
@@ -131,7 +137,8 @@ class Comm:
     """A communicator over `size` ranks of one job (see the module docstring)."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
-                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0):
+                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,
+                 broadcast_eager_bytes=0):
         if timeout is None:
             timeout_ms = 0
         elif timeout <= 0:
@@ -140,7 +147,7 @@ class Comm:
             timeout_ms = max(1, int(timeout * 1000))
         self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
                                  _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
-                                 allreduce_small_bytes, buffer_bytes, int(cpu_sharers))
+                                 allreduce_small_bytes, buffer_bytes, int(cpu_sharers), broadcast_eager_bytes)
         self.rank = self._c.rank
         self.size = self._c.size
         self.allreduce = self._c.allreduce  # no Python frame per call: 0.1 us of 0.3

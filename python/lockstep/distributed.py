@@ -399,10 +399,12 @@ class Options:
     """Settings for the lockstep.Comm behind a group, given as pg_options to
     dist.init_process_group or dist.new_group: buffer_bytes (zero-copy: all_reduce of
     tensors from comm(group).buffer(...) skips the copies through shared memory),
-    cpu_sharers, wait_policy, small_bytes, chunk_bytes, allreduce_small_bytes, as
-    lockstep.Comm takes them. The deadline is the group's timeout."""
+    cpu_sharers, wait_policy, small_bytes, chunk_bytes, allreduce_small_bytes,
+    broadcast_eager_bytes (broadcasts up to that size return on the root at once: see
+    lockstep.Comm), as lockstep.Comm takes them. The deadline is the group's timeout."""
 
-    KEYS = ("buffer_bytes", "cpu_sharers", "wait_policy", "small_bytes", "chunk_bytes", "allreduce_small_bytes")
+    KEYS = ("buffer_bytes", "cpu_sharers", "wait_policy", "small_bytes", "chunk_bytes", "allreduce_small_bytes",
+            "broadcast_eager_bytes")
 
     def __init__(self, **comm_kwargs):
         bad = sorted(set(comm_kwargs) - set(self.KEYS))

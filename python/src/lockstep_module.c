@@ -67,13 +67,14 @@ static int py_cancel(void *arg)
 static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes",
-                             "allreduce_small_bytes", "buffer_bytes", "cpu_sharers", NULL};
+                             "allreduce_small_bytes", "buffer_bytes", "cpu_sharers", "broadcast_eager_bytes",
+                             NULL};
     const char *job;
     int rank, size, policy = 0, sharers = 0;
     unsigned long timeout_ms = 60000;
-    Py_ssize_t small = 0, chunk = 0, ar_small = 0, buffer = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnnni", kwlist, &job, &rank, &size, &timeout_ms,
-                                     &policy, &small, &chunk, &ar_small, &buffer, &sharers))
+    Py_ssize_t small = 0, chunk = 0, ar_small = 0, buffer = 0, eager = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnnnin", kwlist, &job, &rank, &size, &timeout_ms,
+                                     &policy, &small, &chunk, &ar_small, &buffer, &sharers, &eager))
         return -1;
     if (self->comm) {
         PyErr_SetString(PyExc_RuntimeError, "Comm.__init__ called twice");
@@ -84,9 +85,9 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
         return -1;
     }
-    if (small < 0 || chunk < 0 || ar_small < 0 || buffer < 0) { /* 0 keeps the default */
-        PyErr_SetString(PyExc_ValueError,
-                        "small_bytes, chunk_bytes, allreduce_small_bytes and buffer_bytes must not be negative");
+    if (small < 0 || chunk < 0 || ar_small < 0 || buffer < 0 || eager < 0) { /* 0 keeps the default */
+        PyErr_SetString(PyExc_ValueError, "small_bytes, chunk_bytes, allreduce_small_bytes, buffer_bytes and "
+                                          "broadcast_eager_bytes must not be negative");
         return -1;
     }
     snprintf(p.job, sizeof p.job, "%s", job);
@@ -102,6 +103,7 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         p.allreduce_small_bytes = (size_t)ar_small;
     p.buffer_bytes = (size_t)buffer;
     p.cpu_sharers = sharers;
+    p.broadcast_eager_bytes = (size_t)eager;
     p.cancel = py_cancel;
     char why[160]; /* the job's length is checked above: p.job would hide it */
     if (lockstep_comm_params_check(&p, why, sizeof why)) {
@@ -501,7 +503,7 @@ static PyTypeObject CommType = {
     .tp_basicsize = sizeof(CommObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0, "
-              "allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0)",
+              "allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0, broadcast_eager_bytes=0)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)comm_init,
     .tp_dealloc = (destructor)comm_dealloc,

@@ -91,6 +91,8 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     int N = c->size, me = c->rank, rc;
     if (N == 1) /* the result is the input, bit for bit */
         return ls_comm_alone(c, recv, send, bytes);
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
     unsigned b = (c->seq + 1) & 1; /* this call's announcement and small slot */
 

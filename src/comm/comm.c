@@ -243,14 +243,19 @@ static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
     for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
         if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
             return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
+    /* in any other call numbered s, a peer that made call s an eager broadcast */
+    if (c->hdr->eager_bytes && !c->in_eager && c->seq)
+        for (int r = 0; r < c->size; r++)
+            if (r != c->rank && __atomic_load_n(&ls_ctl(c, r)->own.eager_seq, __ATOMIC_ACQUIRE) == c->seq)
+                return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
     if (deadline && lockstep_now_ns() >= deadline)
         return ls_comm_fail(c, ETIMEDOUT);
     return 0;
 }
 
 /* Wait for ww to reach target, in slices, with the checks above between them. */
-int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
-                      uint64_t deadline)
+int ls_comm_wait_word_checked(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
+                              uint64_t deadline, int (*check)(lockstep_comm_t *c, int peer))
 {
     if (ls_reached(ls_load_acquire(&ww->value), target))
         return 0; /* already there: no clock read (about 40 ns each on this VM) */
@@ -258,9 +263,17 @@ int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uin
         if (lockstep_wait_until(&c->wait, ww, target, slice_end(deadline)) == 0)
             return 0;
         int rc = between_slices(c, peer, deadline);
+        if (rc == 0 && check && !ls_reached(ls_load_acquire(&ww->value), target))
+            rc = check(c, peer);
         if (rc)
             return rc;
     }
+}
+
+int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
+                      uint64_t deadline)
+{
+    return ls_comm_wait_word_checked(c, peer, ww, target, deadline, NULL);
 }
 
 /* ---- announce / verify / step ---------------------------------------------------------- */
@@ -362,6 +375,7 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     uint64_t deadline = LS_NO_DEADLINE_YET;
     if ((rc = wait_peers(c, pw, s, cpu, &deadline)) != 0)
         return rc;
+    c->known = s - 1;
     return ls_comm_verify(c);
 }
 
@@ -399,6 +413,13 @@ int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline)
     struct ls_peer_words pw = {offsetof(ls_ctl_t, own.step), offsetof(ls_ctl_t, own.where)};
     int cpu = track_cpu(c) ? __atomic_load_n(&ls_ctl(c, c->rank)->own.where, __ATOMIC_RELAXED) : -1;
     return wait_peers(c, pw, t, cpu, &deadline);
+}
+
+int ls_comm_wait_done(lockstep_comm_t *c, uint32_t t)
+{
+    struct ls_peer_words pw = {offsetof(ls_ctl_t, own.done), offsetof(ls_ctl_t, own.where)};
+    uint64_t deadline = LS_NO_DEADLINE_YET;
+    return wait_peers(c, pw, t, -1, &deadline);
 }
 
 int ls_comm_step(lockstep_comm_t *c, uint64_t deadline)
@@ -640,6 +661,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
                  p->allreduce_small_bytes);
     else if (p->buffer_bytes > BUFFER_MAX)
         snprintf(msg, len, "buffer_bytes must be at most 2**40 (got %zu)", p->buffer_bytes);
+    else if (p->broadcast_eager_bytes > LS_EAGER_MAX)
+        snprintf(msg, len, "broadcast_eager_bytes must be at most 65536 (got %zu)", p->broadcast_eager_bytes);
     else if (p->cpu_sharers && p->cpu_sharers < p->size)
         snprintf(msg, len, "cpu_sharers must be 0 (size) or at least size (got %d, size %d)", p->cpu_sharers,
                  p->size);
@@ -709,7 +732,9 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.off_barrier = 2 * LS_LINE;
     want.off_ctl = align_up(want.off_barrier + bsize, LS_LINE);
     want.off_data = align_up(want.off_ctl + (size_t)p->size * sizeof(ls_ctl_t), 4096);
-    want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes, 4096);
+    want.eager_bytes = p->broadcast_eager_bytes;
+    want.eager_stride = want.eager_bytes ? align_up(offsetof(ls_eager_entry_t, data) + want.eager_bytes, LS_LINE) : 0;
+    want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes + LS_EAGER_DEPTH * want.eager_stride, 4096);
     want.buffer_bytes = align_up(p->buffer_bytes, 4096);
     want.off_buf = want.off_data + (size_t)p->size * want.data_stride;
     want.total = want.off_buf + (size_t)p->size * want.buffer_bytes;
@@ -752,7 +777,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||
-                                      h->buffer_bytes != want.buffer_bytes || h->total != want.total;
+                                      h->buffer_bytes != want.buffer_bytes || h->eager_bytes != want.eager_bytes ||
+                                      h->total != want.total;
                             ready = !differs && (size_t)st.st_size >= want.total;
                         }
                         munmap(h, sizeof *h);
@@ -891,7 +917,9 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
         return ls_comm_failed(c);
     /* announce without waiting, so a peer in a different call sees the mismatch; then
      * the thread layer's barrier, waited in slices with the same liveness checks */
-    int rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);
+    int rc = ls_comm_settle(c);
+    if (rc == 0)
+        rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);
     if (rc)
         return rc;
     unsigned tid = (unsigned)c->rank;
@@ -901,5 +929,6 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
         rc = between_slices(c, -1, deadline);
     if (rc)
         return rc;
+    c->known = c->seq - 1;
     return ls_comm_verify(c); /* everyone has announced by now */
 }

@@ -4,7 +4,8 @@
  *   [state: one line: joined counter, failure code]
  *   [barrier: lockstep_barrier_t, AUTO, process-shared, `size` participants]
  *   [ctl[r]: three lines per rank: pid, cpu, step word, where | announcement 0 | announcement 1]
- *   [data[r]: small[0] small[1] chunk[0] chunk[1] per rank]
+ *   [data[r]: small[0] small[1] chunk[0] chunk[1] eager ring (LS_EAGER_DEPTH entries,
+ *             none without eager broadcasts) per rank]
  *   [buf[r]: params.buffer_bytes per rank, for zero-copy allreduces (allreduce.c)]
  *
  * Call protocol (see comm.c): a call numbered s writes its descriptor into ann[s & 1],
@@ -17,7 +18,8 @@
  * write its first chunk before announcing, into a slot no peer can still be reading
  * for the previous call (comm->busy, which every rank tracks alike). The large broadcast uses
  * the same words as a pipeline, waiting on the root only (see gather.c); every call
- * leaves every rank's step count equal. */
+ * leaves every rank's step count equal. Eager broadcasts (eager.c) use neither
+ * announcements nor steps: their own ring, and a settling wait before the next call. */
 #ifndef LOCKSTEP_COMM_IMPL_H
 #define LOCKSTEP_COMM_IMPL_H
 
@@ -46,6 +48,7 @@ typedef struct ls_seg_hdr {
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
     uint64_t off_barrier, off_ctl, off_data, total;
     uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */
+    uint64_t eager_bytes, eager_stride; /* eager broadcasts (eager.c): largest payload, entry size */
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
@@ -93,7 +96,10 @@ typedef struct ls_ctl {
         int32_t pid, cpu;         /* cpu: at create, for ORDER_TOPOLOGY */
         lockstep_waitword_t step; /* last data step finished */
         int32_t where;            /* the CPU of the last step, as in ls_announce_t */
-        char pad[LS_LINE - 12 - sizeof(lockstep_waitword_t)];
+        uint32_t eager_seq;       /* the eager broadcast I am in or was last in (eager.c) */
+        int32_t eager_root;       /* its root, as I called it */
+        lockstep_waitword_t done; /* the last eager broadcast I finished */
+        char pad[LS_LINE - 20 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -116,6 +122,9 @@ struct lockstep_comm {
     int busy;                          /* which of my chunk slots peers may still read
                                           after my last call returned: -1 none, 0 or 1,
                                           LS_BUSY_BOTH; the same on every rank */
+    uint32_t known;                    /* every rank has finished the calls up to this one */
+    int after_eager;                   /* my last call was an eager broadcast */
+    int in_eager;                      /* in an eager broadcast or settling after them */
 };
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -131,6 +140,20 @@ static inline char *ls_small(const lockstep_comm_t *c, int r, unsigned b)
 static inline char *ls_chunk(const lockstep_comm_t *c, int r, unsigned b)
 {
     return ls_small(c, r, 2) + b * c->hdr->chunk_bytes;
+}
+
+/* One entry of rank r's eager ring (eager.c): seq, the descriptor, then the payload */
+typedef struct ls_eager_entry {
+    lockstep_waitword_t seq;
+    ls_desc_t desc;
+    unsigned char data[];
+} ls_eager_entry_t;
+#define LS_EAGER_DEPTH 16u
+#define LS_EAGER_MAX ((size_t)64 * 1024)
+
+static inline ls_eager_entry_t *ls_eager_entry(const lockstep_comm_t *c, int r, uint32_t s)
+{
+    return (ls_eager_entry_t *)(void *)(ls_chunk(c, r, 2) + (s % LS_EAGER_DEPTH) * c->hdr->eager_stride);
 }
 
 static inline char *ls_buf(const lockstep_comm_t *c, int r)
@@ -150,6 +173,11 @@ uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);
 int ls_comm_fail(lockstep_comm_t *c, int code);
 int ls_comm_wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target, uint64_t deadline);
+/* The same, and between slices check(c, peer) too: nonzero ends the wait with it */
+int ls_comm_wait_word_checked(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
+                              uint64_t deadline, int (*check)(lockstep_comm_t *c, int peer));
+/* wait until every other rank's own.done has reached t */
+int ls_comm_wait_done(lockstep_comm_t *c, uint32_t t);
 int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lockstep_dtype_t dt,
                      int root, uint64_t count, int wait_all);
 int ls_comm_verify(lockstep_comm_t *c);
@@ -162,6 +190,15 @@ void ls_comm_publish_step(lockstep_comm_t *c, uint32_t t);
 /* wait until every other rank's step word has reached t */
 int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline);
 void ls_comm_order(lockstep_comm_t *c, lockstep_order_t order, int *out);
+
+/* eager.c: a broadcast of at most hdr->eager_bytes, and what every other call does
+ * first after one (ls_comm_settle: 0 at once unless the last call was eager) */
+int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_xfer_t xfer);
+int ls_eager_settle(lockstep_comm_t *c);
+static inline int ls_comm_settle(lockstep_comm_t *c)
+{
+    return c->after_eager ? ls_eager_settle(c) : 0;
+}
 
 /* Zero-copy calls (lockstep_comm_buffer): where a call's buffers lie in the rank's own
  * shared buffer, as offsets into it, posted in the announcement's data (which only the

@@ -76,7 +76,11 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         return -EINVAL;
     if (c->size == 1) /* alone: buf already holds the root's bytes */
         return ls_comm_failed(c);
+    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes)
+        return ls_eager_broadcast(c, buf, bytes, root, xfer);
     int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
     ls_comm_order(c, order, peers);
     int np = c->size - 1;
 
@@ -150,6 +154,8 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
         return -EINVAL; /* overlapping, and not the in-place layout */
     if (N == 1) /* recv is send */
         return ls_comm_alone(c, out, in, bytes);
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
     ls_comm_order(c, order, peers);
     int np = N - 1;
     size_t small = c->hdr->small_bytes;

@@ -135,6 +135,43 @@ def test_broadcast_and_allgather(size):
     run_ranks(gather_body, size)
 
 
+def eager_body(rank, size, job):
+    with lockstep.Comm(job, rank, size, broadcast_eager_bytes=1024) as c:
+        total = np.zeros(1, np.int32)
+        for i in range(100):  # past the ring of 16, one root for a run, then others
+            root = 0 if i < 50 else i % size
+            n = (0, 1, 7, 1024)[i % 4]
+            b = np.full(n, i % 251 if rank == root else 255, dtype=np.uint8)
+            c.broadcast(b, root=root)
+            assert (b == i % 251).all()
+            if i % 10 == 9:  # other calls in between settle the eager ones first
+                total[0] = i
+                c.allreduce(total)
+                assert total[0] == i * size
+        # a receiver that disagrees fails in the call; the root and the others in it
+        # (when they see the failure before they start) or at the next call that waits
+        # for everyone
+        b = np.zeros(16 + (rank == size - 1), np.uint8)
+        if rank == size - 1:
+            with pytest.raises(lockstep.MismatchError):
+                c.broadcast(b, root=0)
+        else:
+            try:
+                c.broadcast(b, root=0)
+            except lockstep.MismatchError:
+                pass
+        with pytest.raises(lockstep.MismatchError):
+            c.barrier()
+    return True
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_eager_broadcast(size):
+    run_ranks(eager_body, size)
+    with pytest.raises(ValueError, match="broadcast_eager_bytes must be at most 65536"):
+        lockstep.Comm("eager-params", 0, 1, broadcast_eager_bytes=65537)
+
+
 def zero_copy_body(rank, size, job):
     with lockstep.Comm(job, rank, size, buffer_bytes=3 << 20) as c:
         # in the shared buffer, at an offset that differs per rank and per case

@@ -17,6 +17,8 @@
  *                                ratio against OpenMPI is reachable at all. (Past
  *                                256 B lockstep may split the work between ranks, and
  *                                this exchange is no floor.)
+ *   reduce_scatter_<N>r       — f32 sum, lockstep_comm_reduce_scatter vs
+ *                                MPI_Reduce_scatter_block; param: one rank's block
  *   allreduce_paths_<N>r         — lockstep forced to one path (the switch point is
  *                                where these cross)
  *   allreduce_mpi_2nodes_<N>r    — lockstep_mpi with the ranks dealt into two emulated
@@ -156,6 +158,17 @@ static int do_allreduce(void *p, int impl)
     if (impl >= 5)
         return lockstep_mpi_allreduce(c->mpi[impl - 5], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
     return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+}
+
+/* impl 0 MPI_Reduce_scatter_block, 1 lockstep_comm_reduce_scatter: f32 sums, a block of
+ * c->bytes per rank (send c->a: size blocks, recv c->b) */
+static int do_reduce_scatter(void *p, int impl)
+{
+    struct ctx *c = p;
+    size_t n = c->bytes / 4;
+    if (impl == 0)
+        return MPI_Reduce_scatter_block(c->a, c->b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    return lockstep_comm_reduce_scatter(c->ls[0], c->a, c->b, n, LOCKSTEP_F32, LOCKSTEP_SUM);
 }
 
 /* impl 0 OpenMPI; 1-2 linear pull/push; 3 linear push on the shared buffer (zero-copy);
@@ -335,6 +348,13 @@ int main(int argc, char **argv)
         snprintf(w, sizeof w, "allreduce_mpi_2nodes_%dr", size); /* no baseline: see above */
         for (int i = 6; i < 8; i++)
             emit(rank, w, ar_names[i], bytes, r[i], REPS);
+    }
+
+    static const char *const rs_names[] = {"openmpi", "lockstep"};
+    for (size_t bytes = 4; bytes <= max_bytes / 4; bytes *= 4) { /* per rank's block */
+        c.bytes = bytes;
+        snprintf(w, sizeof w, "reduce_scatter_%dr", size);
+        run(rank, w, do_reduce_scatter, &c, rs_names, 2);
     }
 
     /* unchanged buffers: every order and transfer; fresh data: openmpi, linear and buffer */

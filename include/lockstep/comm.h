@@ -188,6 +188,14 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
 /* Bytes per element of dtype, or 0 if unknown. */
 size_t lockstep_dtype_size(lockstep_dtype_t dtype);
 
+/* recv[i] = op over ranks r of rank r's send[rank * count + i], i < count: send holds
+ * size blocks of count elements, block d for rank d (MPI_Reduce_scatter_block). Each
+ * element is reduced in rank order, as in allreduce. recv may be send + rank * count
+ * elements (in place); no other overlap. Zero-copy when send and recv lie in the
+ * buffer (lockstep_comm_buffer) on every rank. Returns the codes allreduce returns. */
+int lockstep_comm_reduce_scatter(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
+                                 lockstep_dtype_t dtype, lockstep_op_t op);
+
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),

@@ -4,6 +4,7 @@
     comm.allreduce(array)                  # in place; numpy arrays or torch CPU tensors
     comm.broadcast(array, root=0)
     comm.allgather(send, recv)             # recv holds size * len(send)
+    part = comm.reduce_scatter(send)       # this rank's block of the sum of every rank's send
     recv = comm.allgather(send)            # a new (size, *send.shape) array or tensor
     comm.barrier()
 
@@ -69,6 +70,8 @@ def reduce_isa():
 _ORDERS = {"linear": 0, "rotated": 1, "random": 2, "topology": 3}
 _XFERS = {"pull": 0, "push": 1}
 _POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
+_OPS = {"sum": 0, "max": 1, "min": 2}
+_NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled lazily
 
 
@@ -96,6 +99,10 @@ def _torch_code(t):
         raise TypeError(f"allreduce supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
     _check_tensor(t)
     return code
+
+
+def _address(a):
+    return a.data_ptr() if _is_tensor(a) else a.ctypes.data
 
 
 _TENSOR_TYPES = set()  # torch.Tensor and the subclasses seen so far: one set lookup per call
@@ -213,6 +220,53 @@ class Comm:
             recv = self._new_gather(send)
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
         return recv
+
+    def reduce_scatter(self, send, recv=None, op="sum"):
+        """recv = this rank's block of send, reduced over all ranks in rank order (as
+        allreduce: the same dtypes and ops, f16/bf16 in f32, the same bits whichever
+        rank computes them); returns recv. send (numpy array or torch CPU tensor,
+        C-contiguous) holds size equal blocks, block r for rank r; recv holds one block
+        of the same dtype, and may be this rank's block of send. Without recv, a new
+        one: send's shape with its first dimension divided by size when it divides,
+        else 1-D."""
+        op_code = _code(_OPS, op, "op")
+        scode, n = self._rs_operand(send, "send", False)
+        if n % self.size:
+            raise ValueError(f"reduce_scatter's send must hold size ({self.size}) equal blocks; "
+                             f"it holds {n} elements")
+        count = n // self.size
+        if recv is None:
+            shape = tuple(send.shape)
+            shape = (shape[0] // self.size,) + shape[1:] if shape and shape[0] % self.size == 0 else (count,)
+            if _is_tensor(send):
+                import torch
+                recv = torch.empty(shape, dtype=send.dtype)
+            else:
+                recv = _np.empty(shape, send.dtype)
+        rcode, rn = self._rs_operand(recv, "recv", True)
+        if rcode != scode or rn != count:
+            raise ValueError(f"reduce_scatter's recv must hold one block of send: {count} elements of send's "
+                             f"dtype, not {rn} of another" if rcode != scode else
+                             f"reduce_scatter's recv must hold one block of send: {count} elements, not {rn}")
+        self._c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)
+        return recv
+
+    @staticmethod
+    def _rs_operand(a, what, writable):
+        """(dtype code, element count) of a numpy array or torch tensor, checked"""
+        if _is_tensor(a):
+            return _torch_code(a), a.numel()
+        if not isinstance(a, _np.ndarray):
+            raise TypeError(f"reduce_scatter's {what} must be a numpy array or a torch CPU tensor, "
+                            f"not {type(a).__name__}")
+        code = _NUMPY_CODES.get(a.dtype.str.lstrip("<=|"))
+        if code is None:
+            raise TypeError(f"reduce_scatter supports float32, float16, bfloat16 and int32; {what} is {a.dtype}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"reduce_scatter's {what} must be C-contiguous (numpy.ascontiguousarray)")
+        if writable and not a.flags.writeable:
+            raise ValueError(f"reduce_scatter's {what} must be writable")
+        return code, a.size
 
     def _new_gather(self, send):
         if _is_tensor(send):

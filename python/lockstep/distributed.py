@@ -23,7 +23,9 @@ each call does:
                       gather every rank's tensor and reduce them in rank order, so every
                       rank still gets the same bits, at size times the memory.
   broadcast, all_gather, all_gather_into_tensor, gather, scatter: any dtype.
-  reduce_scatter(_tensor): an all_reduce of the whole input, then this rank's part.
+  reduce_scatter(_tensor): lockstep's reduce-scatter (each rank reduces only its
+    part) for the dtypes and ops all_reduce runs natively; otherwise, and across
+    hosts, an all_reduce of the whole input, then this rank's part.
   reduce: an all_reduce; the other ranks' tensors stay as they were.
   barrier
 
@@ -188,12 +190,25 @@ class LockstepGroup(dist.ProcessGroup):
             self._reduce(t if self._me == opts.rootRank else t.clone(), _op(opts))
         return _done(tensors, opts)
 
+    _native_reduce_scatter = True  # (across hosts: the all_reduce path)
+
     def _reduce_scatter_one(self, out, whole, op):
         """out = this rank's part of op over every rank's whole (size * out.numel() elements)"""
         _cpu(out)
         if whole.numel() != out.numel() * self._n or whole.dtype != out.dtype:
             raise ValueError(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
                              f"elements, not {whole.numel()} {whole.dtype}")
+        name = _NATIVE_OPS.get(op, "sum" if op == AVG else None)
+        if (self._native_reduce_scatter and name and whole.dtype in _NATIVE_DTYPES and
+                (op != AVG or whole.is_floating_point())):
+            src = whole if whole.is_contiguous() else whole.contiguous()
+            dst = out if out.is_contiguous() else torch.empty(out.shape, dtype=out.dtype)
+            self.comm.reduce_scatter(src.view(-1), dst.view(-1), name)
+            if op == AVG:
+                dst.div_(self._n)
+            if dst is not out:
+                out.copy_(dst)
+            return
         whole = whole.clone(memory_format=torch.contiguous_format)  # the input stays as it was
         self._reduce(whole, op)
         out.copy_(whole.view(self._n, -1)[self._me].view(out.shape))
@@ -338,6 +353,8 @@ class _Hosts(LockstepGroup):
         self._host_of = hosts  # rank -> host index
         self._local = [[r for r in range(size) if hosts[r] == h] for h in range(max(hosts) + 1)]
         self._gloo = gloo  # the leaders' group, None on the other ranks
+
+    _native_reduce_scatter = False
 
     def _allreduce(self, t, name):
         self.comm.allreduce(t, name)

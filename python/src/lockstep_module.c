@@ -208,6 +208,39 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
     Py_RETURN_NONE;
 }
 
+/* reduce_scatter_ptr(send address, recv address, count, dtype, op): the package checks
+ * the arrays or tensors behind the addresses (Comm.reduce_scatter) */
+static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 5) {
+        PyErr_SetString(PyExc_TypeError, "reduce_scatter_ptr(send, recv, count, dtype, op)");
+        return NULL;
+    }
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    void *send = PyLong_AsVoidPtr(args[0]), *recv = PyLong_AsVoidPtr(args[1]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    long dt = PyLong_AsLong(args[3]), op = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must be >= 0");
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_reduce_scatter(c, send, recv, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
+    Py_END_ALLOW_THREADS
+    if (rc == -EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "reduce_scatter: recv overlaps send other than as this rank's block");
+        return NULL;
+    }
+    if (rc)
+        return raise_code(rc, "reduce_scatter");
+    Py_RETURN_NONE;
+}
+
 /* The writable C-contiguous buffer of obj, or NULL with ValueError saying what to fix. */
 static int writable_buffer(PyObject *obj, Py_buffer *view, const char *what)
 {
@@ -484,6 +517,8 @@ static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
+    {"reduce_scatter_ptr", (PyCFunction)(void (*)(void))comm_reduce_scatter_ptr, METH_FASTCALL,
+     "reduce_scatter_ptr(send address, recv address, count, dtype, op)"},
     {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
     {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
     {"barrier", (PyCFunction)comm_barrier, METH_NOARGS, "barrier()"},

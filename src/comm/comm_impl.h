@@ -37,7 +37,7 @@
 
 #define LS_BUSY_BOTH 2
 
-enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER };
+enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER, LS_CALL_REDUCE_SCATTER };
 
 typedef struct ls_seg_hdr {
     uint32_t magic, size;

@@ -195,6 +195,83 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
  * only some ranks pass buffers (the copying path, chunk 0 without an early copy),
  * interleaved with zero-copy calls, copying calls and a chunked broadcast, which leave
  * different chunk slots busy. Results against the reference, digests across ranks. */
+/* Reduce-scatter in every mode (0 in place, recv = my block of send; 1 out of place
+ * in private memory; 2 out of place in the buffer, zero-copy from 1 KiB; 3 odd ranks
+ * in private memory, the rest in the buffer), every dtype and op, counts per rank on
+ * the small path, across its switch and chunked (chunk_bytes 64 KiB), against the
+ * allreduce reference's block; then after a chunked broadcast (both slots busy) and
+ * before a chunked allreduce. */
+static int reduce_scatter_checks(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
+{
+    int bad = 0;
+    unsigned cs = 7000;
+    static const size_t counts[] = {0, 1, 7, 26, 300, 4097, 70001};
+    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
+        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+            for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++)
+                for (int mode = 0; mode < 4; mode++) {
+                    size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt), bytes = count * es;
+                    size_t total = bytes * (size_t)size;
+                    int priv = mode == 1 || (mode == 3 && rank % 2 == 1);
+                    char *mem = priv ? malloc(total + bytes + 64) : buf + 64 * (size_t)(rank % 3);
+                    char *ref = malloc(total + 1);
+                    CHECK(mem != NULL && ref != NULL);
+                    CHECK(priv || mem + total + bytes <= buf + cap);
+                    char *send = mem, *recv = mode == 0 ? send + (size_t)rank * bytes : send + total;
+                    fill(send, (lockstep_dtype_t)dt, count * (size_t)size, rank, cs);
+                    if (mode)
+                        memset(recv, 0xa5, bytes); /* stale bytes must be overwritten */
+                    reference(ref, (lockstep_dtype_t)dt, (lockstep_op_t)op, count * (size_t)size, size, cs);
+                    int rc = lockstep_comm_reduce_scatter(c, send, recv, count, dt, op);
+                    if (rc) {
+                        fprintf(stderr, "rank %d: reduce_scatter dt=%d op=%d n=%zu mode %d: %s\n", rank, dt, op,
+                                count, mode, lockstep_strerror(rc));
+                        return 1;
+                    }
+                    /* (each rank its own block: no digest to compare across ranks) */
+                    bad |= check_equal("reduce_scatter", recv, ref + (size_t)rank * bytes, bytes, rank);
+                    if (priv)
+                        free(mem);
+                    free(ref);
+                }
+    /* bad arguments: overlap other than in place, NULL, bad dtype */
+    float v[16] = {0};
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, NULL, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(NULL, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, SIZE_MAX / 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+
+    /* between a chunked broadcast and a chunked allreduce, i32 sums with known values */
+    size_t n = 100003, bn = 300000;
+    int32_t *in = malloc(n * 4 * (size_t)size), *out = malloc(n * 4), *ar = malloc(n * 4);
+    unsigned char *bc = malloc(bn);
+    CHECK(in && out && ar && bc);
+    for (int round = 0; round < 4; round++) {
+        for (size_t i = 0; i < bn; i++)
+            bc[i] = (unsigned char)(rank == 0 ? i * 5 + (size_t)round : 0);
+        CHECK_EQ(lockstep_comm_broadcast(c, bc, bn, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+        for (size_t i = 0; i < bn; i++)
+            CHECK_EQ(bc[i], (unsigned char)(i * 5 + (size_t)round));
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            in[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
+        CHECK_EQ(lockstep_comm_reduce_scatter(c, in, out, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        for (size_t i = 0; i < n; i++) {
+            size_t g = (size_t)rank * n + i; /* the element's place in send */
+            CHECK_EQ(out[i], (int32_t)(g * (size_t)(size * (size + 1) / 2) + (size_t)(round * size)));
+            ar[i] = (int32_t)(i + (size_t)rank);
+        }
+        CHECK_EQ(lockstep_comm_allreduce(c, ar, ar, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        for (size_t i = 0; i < n; i++)
+            CHECK_EQ(ar[i], (int32_t)(i * (size_t)size + (size_t)(size * (size - 1) / 2)));
+    }
+    free(in);
+    free(out);
+    free(ar);
+    free(bc);
+    return bad;
+}
+
 static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool, int *di)
 {
     size_t cap = (size_t)6 << 20;
@@ -316,6 +393,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
     free(mine);
 
     bad |= zero_copy_gather(c, rank, size, buf, cap);
+    bad |= reduce_scatter_checks(c, rank, size, buf, cap);
 
     /* a communicator without a buffer has none */
     errno = 0;

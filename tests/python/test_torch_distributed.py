@@ -184,6 +184,15 @@ def collectives_body(rank, size):
     o = torch.empty(3, dtype=torch.int64)
     dist.reduce_scatter(o, [torch.full((3,), r * 100 + rank, dtype=torch.int64) for r in range(size)], op=R.MAX)
     assert torch.equal(o, torch.full((3,), rank * 100 + size - 1, dtype=torch.int64))
+    # lockstep's own reduce-scatter: bf16 AVG into a non-contiguous output; f32 MIN of a list
+    whole = (torch.arange(size * 4, dtype=torch.float32) + rank).to(torch.bfloat16)
+    base = torch.zeros(4, 2, dtype=torch.bfloat16)
+    dist.reduce_scatter_tensor(base[:, 0], whole, op=R.AVG)
+    sums = torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) * size + size * (size - 1) // 2
+    assert torch.equal(base[:, 0], sums.to(torch.bfloat16).div_(size)) and (base[:, 1] == 0).all()
+    o = torch.empty(2)
+    dist.reduce_scatter(o, [torch.tensor([r + rank, -rank], dtype=torch.float32) for r in range(size)], op=R.MIN)
+    assert torch.equal(o, torch.tensor([float(rank), float(1 - size)]))
 
     t = torch.full((5,), float(rank + 1))
     dist.reduce(t, dst=root)

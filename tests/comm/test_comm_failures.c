@@ -14,7 +14,8 @@
 
 static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
-static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather */
+static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather;
+                              3: reduce-scatter */
 
 static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
 {
@@ -26,6 +27,11 @@ static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
         int me = lockstep_comm_rank(c);
         return lockstep_comm_allgather(c, (char *)buf + (size_t)me * block, buf, block, LOCKSTEP_ORDER_LINEAR,
                                        LOCKSTEP_PUSH);
+    }
+    case 3: {
+        size_t block = kill_count / (size_t)size;
+        return lockstep_comm_reduce_scatter(c, buf, buf + (size_t)lockstep_comm_rank(c) * block, block,
+                                            LOCKSTEP_F32, LOCKSTEP_SUM);
     }
     default: return lockstep_comm_allreduce(c, buf, buf, kill_count, LOCKSTEP_F32, LOCKSTEP_SUM);
     }
@@ -252,6 +258,10 @@ static int mismatch_body(int rank, int size, const char *job)
     }
     case 7: rc = lockstep_comm_broadcast(c, v, 16, 0, LOCKSTEP_ORDER_LINEAR, odd ? LOCKSTEP_PUSH : LOCKSTEP_PULL); break;
     case 8: rc = lockstep_comm_allgather(c, v, v + 16, 8, LOCKSTEP_ORDER_LINEAR, odd ? LOCKSTEP_PULL : LOCKSTEP_PUSH); break;
+    case 9: /* reduce-scatter against an allreduce of as many elements */
+        rc = odd ? lockstep_comm_reduce_scatter(c, v, v + 32, 8, LOCKSTEP_F32, LOCKSTEP_SUM)
+                 : lockstep_comm_allreduce(c, v, v, 8, LOCKSTEP_F32, LOCKSTEP_SUM);
+        break;
     }
     if (rc != -LOCKSTEP_EMISMATCH) {
         fprintf(stderr, "case %d rank %d: got %s, want mismatch\n", mismatch_case, rank, lockstep_strerror(rc));
@@ -603,12 +613,13 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
+        test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
     } else if (strcmp(t, "mismatch") == 0) {
-        for (mismatch_case = 0; mismatch_case <= 8; mismatch_case++) {
+        for (mismatch_case = 0; mismatch_case <= 9; mismatch_case++) {
             harness_job(job, sizeof job, "mismatch");
             if (harness_run(mismatch_body, 2, job, 60, 0) != 0) {
                 fprintf(stderr, "mismatch case %d failed\n", mismatch_case);

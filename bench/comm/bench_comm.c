@@ -19,6 +19,7 @@
  *                                this exchange is no floor.)
  *   reduce_scatter_<N>r       — f32 sum, lockstep_comm_reduce_scatter vs
  *                                MPI_Reduce_scatter_block; param: one rank's block
+ *   alltoall_<N>r             — lockstep_comm_alltoall vs MPI_Alltoall; param: one block
  *   allreduce_paths_<N>r         — lockstep forced to one path (the switch point is
  *                                where these cross)
  *   allreduce_mpi_2nodes_<N>r    — lockstep_mpi with the ranks dealt into two emulated
@@ -169,6 +170,15 @@ static int do_reduce_scatter(void *p, int impl)
     if (impl == 0)
         return MPI_Reduce_scatter_block(c->a, c->b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     return lockstep_comm_reduce_scatter(c->ls[0], c->a, c->b, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+}
+
+/* impl 0 MPI_Alltoall, 1 lockstep_comm_alltoall: blocks of c->bytes (send c->a, recv c->b) */
+static int do_alltoall(void *p, int impl)
+{
+    struct ctx *c = p;
+    if (impl == 0)
+        return MPI_Alltoall(c->a, (int)c->bytes, MPI_BYTE, c->b, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
+    return lockstep_comm_alltoall(c->ls[0], c->a, c->b, c->bytes);
 }
 
 /* impl 0 OpenMPI; 1-2 linear pull/push; 3 linear push on the shared buffer (zero-copy);
@@ -355,6 +365,8 @@ int main(int argc, char **argv)
         c.bytes = bytes;
         snprintf(w, sizeof w, "reduce_scatter_%dr", size);
         run(rank, w, do_reduce_scatter, &c, rs_names, 2);
+        snprintf(w, sizeof w, "alltoall_%dr", size);
+        run(rank, w, do_alltoall, &c, rs_names, 2);
     }
 
     /* unchanged buffers: every order and transfer; fresh data: openmpi, linear and buffer */

@@ -196,6 +196,12 @@ size_t lockstep_dtype_size(lockstep_dtype_t dtype);
 int lockstep_comm_reduce_scatter(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
                                  lockstep_dtype_t dtype, lockstep_op_t op);
 
+/* recv[k * bytes .. (k+1) * bytes) = rank k's send[rank * bytes .. (rank+1) * bytes):
+ * send and recv hold size blocks of bytes, block d of send for rank d (MPI_Alltoall).
+ * send and recv must not overlap. Zero-copy when both lie in the buffer on every rank.
+ * Returns the codes allreduce returns. */
+int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes);
+
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),

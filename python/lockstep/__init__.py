@@ -5,6 +5,7 @@
     comm.broadcast(array, root=0)
     comm.allgather(send, recv)             # recv holds size * len(send)
     part = comm.reduce_scatter(send)       # this rank's block of the sum of every rank's send
+    recv = comm.alltoall(send)             # block r of send to rank r; block k of recv from rank k
     recv = comm.allgather(send)            # a new (size, *send.shape) array or tensor
     comm.barrier()
 
@@ -219,6 +220,25 @@ class Comm:
         if recv is None:
             recv = self._new_gather(send)
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        return recv
+
+    def alltoall(self, send, recv=None):
+        """recv block k = rank k's block `rank` of send, where send (and recv) hold size
+        equal blocks of bytes, block r for rank r; returns recv (a new array or tensor
+        like send without it). recv must not overlap send."""
+        if recv is None:
+            if _is_tensor(send):
+                import torch
+                recv = torch.empty(tuple(send.shape), dtype=send.dtype)
+            elif isinstance(send, _np.ndarray):
+                recv = _np.empty(send.shape, send.dtype)
+            else:
+                try:
+                    recv = _np.empty(memoryview(send).nbytes, _np.uint8)
+                except TypeError:
+                    raise TypeError(f"alltoall needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
+                                    f"not {type(send).__name__}") from None
+        self._c.alltoall(_bytes_view(send), _bytes_view(recv))
         return recv
 
     def reduce_scatter(self, send, recv=None, op="sum"):

@@ -29,8 +29,12 @@ each call does:
   reduce: an all_reduce; the other ranks' tensors stay as they were.
   barrier
 
-No point-to-point (send, recv) and no all_to_all: those raise NotImplementedError (use a
-gloo group for them), as do CUDA tensors (ValueError). torch.compile turns dist.* calls
+  all_to_all, all_to_all_single: lockstep's all-to-all, any dtype; unequal split sizes
+    (agreed on by every rank: checked, ValueError) pad every block to the largest.
+    Within one host only.
+
+No point-to-point (send, recv), and no all_to_all across hosts: those raise
+NotImplementedError (use a gloo group for them), as do CUDA tensors (ValueError). torch.compile turns dist.* calls
 into torch's functional collectives (torch.distributed._functional_collectives), which
 run here too.
 
@@ -303,6 +307,70 @@ class LockstepGroup(dist.ProcessGroup):
             out.copy_(whole[self._me])
         return _done(outputs, opts)
 
+    # ---- all-to-all -------------------------------------------------------------------
+
+    def _alltoall_blocks(self, ins, outs):
+        """ins[k] to rank k, outs[k] from rank k: contiguous uint8 tensors, sizes in
+        any pattern the ranks agree on. Unequal blocks are padded to the largest."""
+        n = self._n
+        sizes = torch.tensor([t.numel() for t in ins] + [t.numel() for t in outs], dtype=torch.int64)
+        every = self.comm.allgather(sizes)  # (n, 2n): what each rank sends, and expects
+        if not torch.equal(every[:, :n], every[:, n:].t()):  # the same verdict on every rank
+            raise ValueError("all_to_all: the ranks' split sizes disagree (what rank r sends to rank k must be "
+                             "what rank k expects from rank r)")
+        m = int(every[:, :n].max())
+        send = torch.zeros((n, m), dtype=torch.uint8)
+        for k, t in enumerate(ins):
+            send[k, :t.numel()] = t
+        recv = torch.empty((n, m), dtype=torch.uint8)
+        self.comm.alltoall(send, recv)
+        for k, t in enumerate(outs):
+            t.copy_(recv[k, :t.numel()])
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _cpu(output)
+        _cpu(input)
+        n = self._n
+        if not output_split_sizes and not input_split_sizes:  # equal blocks: one call
+            if input.numel() % n or output.numel() != input.numel() or output.dtype != input.dtype:
+                raise ValueError(f"all_to_all_single without split sizes needs an input of {n} equal blocks and "
+                                 f"an output like it; got {tuple(input.shape)} {input.dtype} and "
+                                 f"{tuple(output.shape)} {output.dtype}")
+            src = input if input.is_contiguous() else input.contiguous()
+            dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
+            self.comm.alltoall(_bytes(src), _bytes(dst))
+            if dst is not output:
+                output.copy_(dst)
+            return _done(output, opts)
+
+        def blocks(t, splits):
+            rows = t.shape[0] if t.dim() else 1
+            splits = list(splits) or [rows // n] * n
+            if len(splits) != n or sum(splits) != rows:
+                raise ValueError(f"all_to_all_single: split sizes {splits} must be {n} numbers that add up to "
+                                 f"dimension 0 ({rows})")
+            return [_bytes(p.contiguous()) for p in torch.split(t, splits)]
+
+        ins = blocks(input, input_split_sizes)
+        work = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
+        self._alltoall_blocks(ins, blocks(work, output_split_sizes))  # views of work, written in place
+        if work is not output:
+            output.copy_(work)
+        return _done(output, opts)
+
+    all_to_all_single = alltoall_base  # what dist.all_to_all_single calls
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        if len(output_tensors) != self._n or len(input_tensors) != self._n:
+            raise ValueError(f"all_to_all takes {self._n} input and {self._n} output tensors")
+        works = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype) for o in map(_cpu, output_tensors)]
+        ins = [_bytes(_cpu(t).contiguous()) for t in input_tensors]
+        self._alltoall_blocks(ins, [_bytes(w) for w in works])
+        for o, w in zip(output_tensors, works):
+            if w is not o:
+                o.copy_(w)
+        return _done(output_tensors, opts)
+
     def barrier(self, opts=None):
         self._barrier()
         return _completed(None)  # a work even when blocking: some callers (torch.distributed.rpc) wait on it
@@ -321,15 +389,6 @@ class LockstepGroup(dist.ProcessGroup):
 
     def recv_anysource(self, *a):
         self._none("recv")
-
-    def alltoall(self, *a):
-        self._none("all_to_all")
-
-    def alltoall_base(self, *a):
-        self._none("all_to_all")
-
-    def all_to_all_single(self, *a):
-        self._none("all_to_all")
 
     def monitored_barrier(self, *a, **k):
         self._none("monitored_barrier (use barrier)")
@@ -355,6 +414,15 @@ class _Hosts(LockstepGroup):
         self._gloo = gloo  # the leaders' group, None on the other ranks
 
     _native_reduce_scatter = False
+
+    def alltoall_base(self, *a):
+        self._none("all_to_all across hosts")
+
+    def alltoall(self, *a):
+        self._none("all_to_all across hosts")
+
+    def all_to_all_single(self, *a):
+        self._none("all_to_all across hosts")
 
     def _allreduce(self, t, name):
         self.comm.allreduce(t, name)

@@ -208,6 +208,12 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
     Py_RETURN_NONE;
 }
 
+static int ls_py_overlap(const void *a, const void *b, Py_ssize_t n)
+{
+    const char *x = a, *y = b;
+    return n > 0 && x < y + n && y < x + n;
+}
+
 /* reduce_scatter_ptr(send address, recv address, count, dtype, op): the package checks
  * the arrays or tensors behind the addresses (Comm.reduce_scatter) */
 static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
@@ -424,6 +430,44 @@ static PyObject *comm_allgather(CommObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *comm_alltoall(CommObject *self, PyObject *args)
+{
+    PyObject *sobj, *robj;
+    if (!PyArg_ParseTuple(args, "OO", &sobj, &robj))
+        return NULL;
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    Py_buffer s, r;
+    if (PyObject_GetBuffer(sobj, &s, PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "alltoall's send must be a C-contiguous buffer");
+        return NULL;
+    }
+    if (writable_buffer(robj, &r, "alltoall's recv") != 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    int size = lockstep_comm_size(c), rc;
+    const char *why = s.len % size ? "alltoall's send must hold size equal blocks"
+                    : r.len != s.len ? "alltoall's recv must hold as many bytes as send"
+                    : ls_py_overlap(s.buf, r.buf, s.len) ? "alltoall's recv must not overlap send" : NULL;
+    if (why) {
+        PyErr_Format(PyExc_ValueError, "%s (size %d, send %zd bytes, recv %zd)", why, size, s.len, r.len);
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&r);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_alltoall(c, s.buf, r.buf, (size_t)(s.len / size));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&r);
+    if (rc)
+        return raise_code(rc, "alltoall");
+    Py_RETURN_NONE;
+}
+
 static PyObject *comm_barrier(CommObject *self, PyObject *unused)
 {
     (void)unused;
@@ -517,6 +561,7 @@ static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
+    {"alltoall", (PyCFunction)comm_alltoall, METH_VARARGS, "alltoall(send, recv): block r of send to rank r"},
     {"reduce_scatter_ptr", (PyCFunction)(void (*)(void))comm_reduce_scatter_ptr, METH_FASTCALL,
      "reduce_scatter_ptr(send address, recv address, count, dtype, op)"},
     {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},

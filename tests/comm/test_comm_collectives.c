@@ -195,13 +195,14 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
  * only some ranks pass buffers (the copying path, chunk 0 without an early copy),
  * interleaved with zero-copy calls, copying calls and a chunked broadcast, which leave
  * different chunk slots busy. Results against the reference, digests across ranks. */
-/* Reduce-scatter in every mode (0 in place, recv = my block of send; 1 out of place
- * in private memory; 2 out of place in the buffer, zero-copy from 1 KiB; 3 odd ranks
- * in private memory, the rest in the buffer), every dtype and op, counts per rank on
- * the small path, across its switch and chunked (chunk_bytes 64 KiB), against the
- * allreduce reference's block; then after a chunked broadcast (both slots busy) and
- * before a chunked allreduce. */
-static int reduce_scatter_checks(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
+/* The block exchanges. Reduce-scatter in every mode (0 in place, recv = my block of
+ * send; 1 out of place in private memory; 2 out of place in the buffer, zero-copy from
+ * 1 KiB; 3 odd ranks in private memory, the rest in the buffer), every dtype and op,
+ * counts per rank on the small path, across its switch and chunked (chunk_bytes
+ * 64 KiB), against the allreduce reference's block; all-to-all in private memory, the
+ * buffer and mixed; bad arguments; then a reduce-scatter after a chunked broadcast
+ * (both slots busy) and before a chunked allreduce. */
+static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
 {
     int bad = 0;
     unsigned cs = 7000;
@@ -234,6 +235,42 @@ static int reduce_scatter_checks(lockstep_comm_t *c, int rank, int size, char *b
                         free(mem);
                     free(ref);
                 }
+    /* all-to-all: privately, in the buffer (zero-copy from 1 KiB blocks), mixed; block
+     * sizes on every path, 300001 chunked, odd */
+    static const size_t blocks[] = {0, 1, 13, 25, 100, 4097, 70001, 300001};
+    for (unsigned bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+        for (int mode = 0; mode < 3; mode++) {
+            size_t bb = blocks[bi], total = bb * (size_t)size;
+            int priv = mode == 0 || (mode == 2 && rank % 2 == 1);
+            unsigned char *mem = priv ? malloc(2 * total + 1) : (unsigned char *)buf + 64 * (size_t)(rank % 3) + 1;
+            CHECK(mem != NULL);
+            CHECK(priv || (char *)mem + 2 * total <= buf + cap);
+            unsigned char *send = mem, *recv = mem + total;
+            for (int d = 0; d < size; d++)
+                for (size_t i = 0; i < bb; i++)
+                    send[(size_t)d * bb + i] = (unsigned char)(i * 7 + (size_t)d * 31 + (size_t)rank * 101 + bi);
+            memset(recv, 0xa5, total);
+            int rc = lockstep_comm_alltoall(c, send, recv, bb);
+            if (rc) {
+                fprintf(stderr, "rank %d: alltoall %zu bytes mode %d: %s\n", rank, bb, mode, lockstep_strerror(rc));
+                return 1;
+            }
+            for (int k = 0; k < size; k++)
+                for (size_t i = 0; i < bb; i++)
+                    if (recv[(size_t)k * bb + i] != (unsigned char)(i * 7 + (size_t)rank * 31 + (size_t)k * 101 + bi)) {
+                        fprintf(stderr, "rank %d: alltoall %zu bytes mode %d: rank %d's byte %zu wrong\n", rank,
+                                bb, mode, k, i);
+                        return 1;
+                    }
+            if (priv)
+                free(mem);
+        }
+    unsigned char two[64];
+    CHECK_EQ(lockstep_comm_alltoall(c, two, two + 1, 8), -EINVAL); /* overlap, in place included */
+    CHECK_EQ(lockstep_comm_alltoall(c, two, two, 8), -EINVAL);
+    CHECK_EQ(lockstep_comm_alltoall(c, NULL, two, 8), -EINVAL);
+    CHECK_EQ(lockstep_comm_alltoall(NULL, two, two + 32, 1), -EINVAL);
+
     /* bad arguments: overlap other than in place, NULL, bad dtype */
     float v[16] = {0};
     CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
@@ -393,7 +430,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
     free(mine);
 
     bad |= zero_copy_gather(c, rank, size, buf, cap);
-    bad |= reduce_scatter_checks(c, rank, size, buf, cap);
+    bad |= exchange_checks(c, rank, size, buf, cap);
 
     /* a communicator without a buffer has none */
     errno = 0;

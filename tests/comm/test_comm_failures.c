@@ -15,7 +15,7 @@
 static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
 static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather;
-                              3: reduce-scatter */
+                              3: reduce-scatter; 4: all-to-all */
 
 static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
 {
@@ -32,6 +32,10 @@ static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
         size_t block = kill_count / (size_t)size;
         return lockstep_comm_reduce_scatter(c, buf, buf + (size_t)lockstep_comm_rank(c) * block, block,
                                             LOCKSTEP_F32, LOCKSTEP_SUM);
+    }
+    case 4: {
+        size_t block = kill_count * sizeof(float) / 2 / (size_t)size; /* send, then recv */
+        return lockstep_comm_alltoall(c, buf, (char *)buf + block * (size_t)size, block);
     }
     default: return lockstep_comm_allreduce(c, buf, buf, kill_count, LOCKSTEP_F32, LOCKSTEP_SUM);
     }
@@ -261,6 +265,9 @@ static int mismatch_body(int rank, int size, const char *job)
     case 9: /* reduce-scatter against an allreduce of as many elements */
         rc = odd ? lockstep_comm_reduce_scatter(c, v, v + 32, 8, LOCKSTEP_F32, LOCKSTEP_SUM)
                  : lockstep_comm_allreduce(c, v, v, 8, LOCKSTEP_F32, LOCKSTEP_SUM);
+        break;
+    case 10: /* all-to-all against an allgather of as many bytes */
+        rc = odd ? lockstep_comm_alltoall(c, v, v + 32, 16) : lockstep_comm_allgather(c, v, v + 32, 16, 0, 0);
         break;
     }
     if (rc != -LOCKSTEP_EMISMATCH) {
@@ -614,12 +621,13 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
+        test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
     } else if (strcmp(t, "mismatch") == 0) {
-        for (mismatch_case = 0; mismatch_case <= 9; mismatch_case++) {
+        for (mismatch_case = 0; mismatch_case <= 10; mismatch_case++) {
             harness_job(job, sizeof job, "mismatch");
             if (harness_run(mismatch_body, 2, job, 60, 0) != 0) {
                 fprintf(stderr, "mismatch case %d failed\n", mismatch_case);

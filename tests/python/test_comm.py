@@ -215,6 +215,34 @@ def reduce_scatter_body(rank, size, job):
     return True
 
 
+def alltoall_body(rank, size, job):
+    with lockstep.Comm(job, rank, size, buffer_bytes=4 << 20) as c:
+        for n in (0, 1, 5, 40, 3000, 300001):  # tiny, small, chunked (per block)
+            send = (np.arange(size * n, dtype=np.int64) % 251 + 7 * rank).astype(np.uint8)
+            got = c.alltoall(send)
+            assert got.shape == send.shape and got.dtype == np.uint8
+            for k in range(size):
+                assert np.array_equal(got[k * n:(k + 1) * n], (np.arange(rank * n, (rank + 1) * n) % 251 + 7 * k).astype(np.uint8))
+        z = c.buffer(size * 4096 * 2, np.uint8)  # zero-copy: both in the shared buffer
+        z[:size * 4096] = rank
+        c.alltoall(z[:size * 4096], z[size * 4096:])
+        assert np.array_equal(z[size * 4096:].reshape(size, 4096), np.repeat(np.arange(size, dtype=np.uint8), 4096).reshape(size, 4096))
+        with pytest.raises(ValueError, match="size equal blocks"):
+            c.alltoall(np.zeros(size + 1, np.uint8))
+        with pytest.raises(ValueError, match="as many bytes"):
+            c.alltoall(np.zeros(size, np.uint8), np.zeros(size + 1, np.uint8))
+        b = np.zeros(size * 4, np.uint8)
+        with pytest.raises(ValueError, match="must not overlap"):
+            c.alltoall(b[:size * 2], b[size:size * 3])
+        c.barrier()
+    return True
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_alltoall(size):
+    run_ranks(alltoall_body, size)
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_reduce_scatter(size):
     run_ranks(reduce_scatter_body, size)

@@ -1,0 +1,184 @@
+/* Block exchanges: send holds size blocks, block d for rank d, and each rank gets
+ * block `rank` of every rank's send.
+ *   reduce-scatter: recv = those blocks reduced in rank order (half an allreduce: each
+ *                   rank reads only what it reduces, and nothing is gathered back);
+ *   all-to-all:     recv block k = rank k's (bytes, no reduction).
+ * Both move data alike, below; they differ in what a rank does with the blocks it
+ * reads (finish()).
+ *
+ * Tiny (all of send within LS_INLINE_BYTES): send rides in the announcement, as the
+ * tiny allreduce's payload. Small (all of send within allreduce_small): copy all of
+ * send into small[s & 1] before announcing; then finish block `rank` of every rank's
+ * slot. One synchronisation, as the small allreduce.
+ *
+ * Large, per chunk of `piece` elements of every block (step_bytes / size each),
+ * double-buffered: copy piece j of every block but mine into its part of my chunk
+ * slot (part d for rank d), step, then finish part `rank` of every peer's slot, with
+ * my own block read straight from send. One step per chunk: a rank publishes chunk
+ * j + 1's step only after it has finished chunk j, so a slot rewritten for chunk j + 2
+ * is no longer read. Chunk 0 goes in before the announcement when no peer can still be
+ * reading its slot (c->busy), as in the large allreduce.
+ *
+ * Zero-copy (send and recv in the caller's lockstep_comm_buffer on every rank, blocks
+ * of ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
+ * rank's send, and one step ends the call (no peer reads my send any more). */
+#include <errno.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+#define ZERO_COPY_MIN 1024 /* as the allreduce's */
+
+/* Copy piece [off, off + n) of every block but mine into my slot, part d at d * piece */
+struct xchg {
+    enum ls_call call;        /* LS_CALL_REDUCE_SCATTER or LS_CALL_ALLTOALL */
+    lockstep_dtype_t dtype;   /* reduce-scatter's; all-to-all moves bytes */
+    lockstep_op_t op;
+    size_t count, es;         /* elements per block, bytes per element */
+};
+
+/* in[k]: n elements of rank k's block for me, from element off of the block. Small
+ * calls reduce with ls_reduce and copy with memcpy; the chunked ones split the work
+ * across the pool. */
+static void finish(lockstep_comm_t *c, const struct xchg *x, const void *const *in, char *out, size_t off,
+                   size_t n, int chunked)
+{
+    if (x->call == LS_CALL_REDUCE_SCATTER) {
+        if (chunked)
+            ls_comm_reduce(c, x->dtype, x->op, out + off * x->es, NULL, 0, in, c->size, n);
+        else
+            ls_reduce(x->dtype, x->op, out + off * x->es, NULL, 0, in, c->size, n);
+        return;
+    }
+    for (int k = 0; k < c->size; k++) {
+        char *to = out + ((size_t)k * x->count + off) * x->es;
+        if (chunked)
+            ls_comm_copy(c, to, in[k], n * x->es);
+        else if (n)
+            memcpy(to, in[k], n * x->es);
+    }
+}
+
+static void copy_parts(lockstep_comm_t *c, const char *send, size_t count, size_t off, size_t n, size_t piece,
+                       size_t es, char *slot)
+{
+    for (int d = 0; d < c->size; d++)
+        if (d != c->rank)
+            ls_comm_copy(c, slot + (size_t)d * piece * es, send + ((size_t)d * count + off) * es, n * es);
+}
+
+static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, void *recv)
+{
+    int N = c->size, me = c->rank, rc;
+    size_t count = x->count, es = x->es, bytes = count * es, total = bytes * (size_t)N;
+    const char *mine_in = (const char *)send + (size_t)me * bytes;
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
+    const void *in[LOCKSTEP_COMM_MAX_RANKS];
+    unsigned b = (c->seq + 1) & 1;
+
+    if (total <= LS_INLINE_BYTES) { /* the payload rides in the announcement */
+        size_t at = ls_inline_at(total);
+        if (total)
+            memcpy(ls_ctl(c, me)->ann[b].data + at, send, total);
+        if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
+            return rc;
+        for (int k = 0; k < N; k++)
+            in[k] = ls_ctl(c, k)->ann[b].data + at + (size_t)me * bytes;
+        finish(c, x, in, recv, 0, count, 0);
+        return 0;
+    }
+
+    struct ls_zc_offsets zmine = {LS_NO_OFFSET, LS_NO_OFFSET};
+    size_t recv_bytes = x->call == LS_CALL_ALLTOALL ? total : bytes;
+    if (bytes >= ZERO_COPY_MIN && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
+        zmine.send = ls_buffer_offset(c, send, total);
+    int zc_mine = zmine.send != LS_NO_OFFSET;
+
+    int small = total <= c->hdr->allreduce_small;
+    size_t piece = c->hdr->step_bytes / es / (size_t)N;
+    unsigned first = c->busy == 0 ? 1 : 0;
+    int may_early = !small && c->busy != LS_BUSY_BOTH;
+    int copied = !zc_mine && (small || may_early);
+    if (copied && small)
+        memcpy(ls_small(c, me, b), send, total);
+    else if (copied)
+        copy_parts(c, send, count, 0, count < piece ? count : piece, piece, es, ls_chunk(c, me, first));
+    ls_zc_post(c, zmine.send, zmine.recv);
+    if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
+        return rc;
+    int zc = 0;
+    for (int k = 0; k < N; k++)
+        zc += ls_zc_announced(c, k).send != LS_NO_OFFSET;
+    uint64_t deadline = ls_comm_deadline(c);
+
+    if (zc == N) {
+        for (int k = 0; k < N; k++)
+            in[k] = ls_buf(c, k) + ls_zc_announced(c, k).send + (size_t)me * bytes;
+        finish(c, x, in, recv, 0, count, 1);
+        return ls_comm_step(c, deadline); /* nobody reads my send after this */
+    }
+
+    if (small) {
+        if (zc) { /* some ranks passed buffers: they copy in now, and say so */
+            if (!copied)
+                memcpy(ls_small(c, me, b), send, total);
+            if ((rc = ls_comm_step(c, deadline)) != 0)
+                return rc;
+        }
+        for (int k = 0; k < N; k++)
+            in[k] = ls_small(c, k, b) + (size_t)me * bytes;
+        finish(c, x, in, recv, 0, count, 0);
+        return 0;
+    }
+
+    int early = may_early && zc == 0;
+    char *out = recv;
+    unsigned j = 0;
+    for (size_t off = 0; off < count; off += piece, j++) {
+        size_t n = count - off < piece ? count - off : piece;
+        unsigned cb = (first + j) & 1;
+        if (j > 0 || !early) {
+            if (j > 0 || !copied)
+                copy_parts(c, send, count, off, n, piece, es, ls_chunk(c, me, cb));
+            if ((rc = ls_comm_step(c, deadline)) != 0)
+                return rc;
+        }
+        for (int k = 0; k < N; k++)
+            in[k] = k == me ? (const void *)(mine_in + off * es)
+                            : (const void *)(ls_chunk(c, k, cb) + (size_t)me * piece * es);
+        finish(c, x, in, out, off, n, 1);
+        c->busy = (int)cb; /* peers may still read this slot's parts after I return */
+    }
+    return 0;
+}
+
+int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *recv, size_t count,
+                                 lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    size_t es = lockstep_dtype_size(dtype);
+    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
+        count > SIZE_MAX / es / (size_t)c->size)
+        return -EINVAL;
+    size_t bytes = count * es, total = bytes * (size_t)c->size;
+    const char *s = send, *r = recv, *mine = s + (size_t)c->rank * bytes;
+    if (bytes && r != mine && r < s + total && s < r + bytes)
+        return -EINVAL; /* overlapping, and not the in-place layout (recv = my block) */
+    if (c->size == 1)
+        return ls_comm_alone(c, recv, send, bytes);
+    struct xchg x = {LS_CALL_REDUCE_SCATTER, dtype, op, count, es};
+    return exchange(c, &x, send, recv);
+}
+
+int lockstep_comm_alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    if (!c || (bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
+        return -EINVAL;
+    size_t total = bytes * (size_t)c->size;
+    if (ls_overlap(send, recv, total))
+        return -EINVAL;
+    if (c->size == 1)
+        return ls_comm_alone(c, recv, send, bytes);
+    struct xchg x = {LS_CALL_ALLTOALL, LOCKSTEP_F32, LOCKSTEP_SUM, bytes, 1};
+    return exchange(c, &x, send, recv);
+}

@@ -198,8 +198,11 @@ int lockstep_comm_reduce_scatter(lockstep_comm_t *comm, const void *send, void *
 
 /* recv[k * bytes .. (k+1) * bytes) = rank k's send[rank * bytes .. (rank+1) * bytes):
  * send and recv hold size blocks of bytes, block d of send for rank d (MPI_Alltoall).
- * send and recv must not overlap. Zero-copy when both lie in the buffer on every rank.
- * Returns the codes allreduce returns. */
+ * send and recv must not overlap. Zero-copy when both lie in the buffer on every rank;
+ * otherwise blocks of 32 KiB or more are read from the peers' memory in one copy
+ * (process_vm_readv: same user, where the system allows it; set LOCKSTEP_NO_CMA=1 to
+ * go through shared memory). Returns the codes allreduce returns, and -EIO when a
+ * peer's send cannot be read (a bad pointer on that rank). */
 int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes);
 
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise

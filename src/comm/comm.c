@@ -838,6 +838,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
 
     ls_ctl_t *me = ls_ctl(c, c->rank);
     me->own.cpu = sched_getcpu();
+    me->own.base = (uint64_t)(uintptr_t)c->base;
     me->own.where = me->ann[0].where = me->ann[1].where = -1; /* unknown: see wait_peers */
     __atomic_store_n(&me->own.pid, (int32_t)getpid(), __ATOMIC_RELEASE);
     __atomic_fetch_add(&c->state->joined.value, 1u, __ATOMIC_SEQ_CST);
@@ -849,6 +850,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     }
     shm_unlink(name); /* step 4: the name is gone, the mappings stay */
     c->busy = -1;
+    ls_comm_cma_init(c);
     compute_topology(c);
     return c;
 

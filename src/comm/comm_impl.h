@@ -94,16 +94,18 @@ static inline size_t ls_inline_at(size_t bytes)
 
 typedef struct ls_ctl {
     struct {
+        uint64_t base;            /* where the segment lies in this rank (single-copy reads) */
         int32_t pid, cpu;         /* cpu: at create, for ORDER_TOPOLOGY */
         lockstep_waitword_t step; /* last data step finished */
         int32_t where;            /* the CPU of the last step, as in ls_announce_t */
         uint32_t eager_seq;       /* the eager broadcast I am in or was last in (eager.c) */
         int32_t eager_root;       /* its root, as I called it */
         lockstep_waitword_t done; /* the last eager broadcast I finished */
-        char pad[LS_LINE - 20 - 2 * sizeof(lockstep_waitword_t)];
+        char pad[LS_LINE - 28 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
+_Static_assert(sizeof(ls_ctl_t) == 3 * LS_LINE, "three lines per rank");
 
 struct lockstep_comm {
     char *base;
@@ -126,6 +128,7 @@ struct lockstep_comm {
     uint32_t known;                    /* every rank has finished the calls up to this one */
     int after_eager;                   /* my last call was an eager broadcast */
     int in_eager;                      /* in an eager broadcast or settling after them */
+    int cma;                           /* this rank can read every peer's memory (cma.c) */
 };
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -216,6 +219,22 @@ uint64_t ls_buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
 void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv);
 /* rank r's, for the call announced last */
 struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
+
+/* Single-copy reads from peers' private memory (process_vm_readv), for large blocks
+ * that are not in the shared buffers. c->cma: this rank could read every peer at create
+ * (and LOCKSTEP_NO_CMA is unset). A call that may read this way posts the address of
+ * its source and its c->cma next to the zero-copy offsets before announcing; after
+ * the announcement it reads that way only if every rank posted c->cma, so every rank
+ * takes the same path. */
+#define LS_CMA_MIN ((size_t)32 * 1024)
+void ls_comm_cma_init(lockstep_comm_t *c);
+/* src: what peers may read (NULL: nothing, as when c->cma is 0) */
+void ls_cma_post(lockstep_comm_t *c, const void *src);
+/* after the announcement: how many ranks posted their c->cma (single copy when all) */
+int ls_cma_count(const lockstep_comm_t *c);
+/* n bytes from rank r's posted source + at into dst: 0, or the error that breaks the
+ * communicator (LOCKSTEP_EPEERDIED if r is gone, EIO otherwise) */
+int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n);
 
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);

@@ -622,6 +622,7 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
+        test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_readv) */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);

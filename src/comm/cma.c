@@ -1,0 +1,78 @@
+/* Single-copy reads from peers' private memory with process_vm_readv (see
+ * comm_impl.h). Allowed between processes of the same user unless a security module
+ * says otherwise (Yama's ptrace_scope, containers without the capability), so each
+ * rank tries it at create on every peer's own.pid, which it can also read through the
+ * shared segment, and says in each call that might use it whether it can. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "comm_impl.h"
+
+/* where single-copy calls post their source: after the zero-copy offsets */
+struct ls_cma_posted {
+    uint64_t addr;
+    uint32_t ok, pad;
+};
+_Static_assert(sizeof(struct ls_zc_offsets) + sizeof(struct ls_cma_posted) <= LS_INLINE_BYTES,
+               "the post rides in the announcement");
+
+static struct ls_cma_posted *posted(const lockstep_comm_t *c, int r, uint32_t s)
+{
+    return (struct ls_cma_posted *)(void *)(ls_ctl(c, r)->ann[s & 1].data + sizeof(struct ls_zc_offsets));
+}
+
+void ls_comm_cma_init(lockstep_comm_t *c)
+{
+    const char *off = getenv("LOCKSTEP_NO_CMA");
+    c->cma = !(off && *off && strcmp(off, "0") != 0);
+    size_t at = (size_t)((char *)&ls_ctl(c, 0)->own.pid - c->base);
+    for (int r = 0; c->cma && r < c->size; r++) {
+        if (r == c->rank)
+            continue;
+        const ls_ctl_t *p = ls_ctl(c, r);
+        int32_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE), got = 0;
+        uint64_t base = __atomic_load_n(&p->own.base, __ATOMIC_RELAXED);
+        struct iovec local = {&got, sizeof got};
+        struct iovec remote = {(void *)(uintptr_t)(base + at + (size_t)r * sizeof(ls_ctl_t)), sizeof got};
+        c->cma = process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof got && got == pid;
+    }
+}
+
+void ls_cma_post(lockstep_comm_t *c, const void *src)
+{
+    struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint32_t)(src && c->cma), 0};
+    memcpy(posted(c, c->rank, c->seq + 1), &p, sizeof p);
+}
+
+int ls_cma_count(const lockstep_comm_t *c)
+{
+    int n = 0;
+    for (int r = 0; r < c->size; r++)
+        n += posted(c, r, c->seq)->ok != 0;
+    return n;
+}
+
+int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n)
+{
+    const ls_ctl_t *p = ls_ctl(c, r);
+    pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_RELAXED);
+    char *to = dst;
+    uint64_t from = posted(c, r, c->seq)->addr + at;
+    while (n) { /* the kernel may stop short (at a page it cannot read at once, say) */
+        struct iovec local = {to, n}, remote = {(void *)(uintptr_t)from, n};
+        ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            return ls_comm_fail(c, got < 0 && errno == ESRCH ? LOCKSTEP_EPEERDIED : EIO);
+        }
+        to += got;
+        from += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
+}

@@ -20,9 +20,12 @@ struct ls_cma_posted {
 _Static_assert(sizeof(struct ls_zc_offsets) + sizeof(struct ls_cma_posted) <= LS_INLINE_BYTES,
                "the post rides in the announcement");
 
-static struct ls_cma_posted *posted(const lockstep_comm_t *c, int r, uint32_t s)
+/* rank r's post for call s (copied: ann.data is not 8-byte aligned) */
+static struct ls_cma_posted posted(const lockstep_comm_t *c, int r, uint32_t s)
 {
-    return (struct ls_cma_posted *)(void *)(ls_ctl(c, r)->ann[s & 1].data + sizeof(struct ls_zc_offsets));
+    struct ls_cma_posted p;
+    memcpy(&p, ls_ctl(c, r)->ann[s & 1].data + sizeof(struct ls_zc_offsets), sizeof p);
+    return p;
 }
 
 void ls_comm_cma_init(lockstep_comm_t *c)
@@ -45,14 +48,14 @@ void ls_comm_cma_init(lockstep_comm_t *c)
 void ls_cma_post(lockstep_comm_t *c, const void *src)
 {
     struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint32_t)(src && c->cma), 0};
-    memcpy(posted(c, c->rank, c->seq + 1), &p, sizeof p);
+    memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
 }
 
 int ls_cma_count(const lockstep_comm_t *c)
 {
     int n = 0;
     for (int r = 0; r < c->size; r++)
-        n += posted(c, r, c->seq)->ok != 0;
+        n += posted(c, r, c->seq).ok != 0;
     return n;
 }
 
@@ -61,7 +64,7 @@ int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n)
     const ls_ctl_t *p = ls_ctl(c, r);
     pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_RELAXED);
     char *to = dst;
-    uint64_t from = posted(c, r, c->seq)->addr + at;
+    uint64_t from = posted(c, r, c->seq).addr + at;
     while (n) { /* the kernel may stop short (at a page it cannot read at once, say) */
         struct iovec local = {to, n}, remote = {(void *)(uintptr_t)from, n};
         ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);

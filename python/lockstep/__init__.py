@@ -91,13 +91,13 @@ def _check_tensor(t):
         raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
 
 
-def _torch_code(t):
+def _torch_code(t, what="allreduce"):
     if not _TORCH_DTYPES:
         import torch
         _TORCH_DTYPES.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 3})
     code = _TORCH_DTYPES.get(t.dtype)
     if code is None:
-        raise TypeError(f"allreduce supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
+        raise TypeError(f"{what} supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
     _check_tensor(t)
     return code
 
@@ -275,7 +275,7 @@ class Comm:
     def _rs_operand(a, what, writable):
         """(dtype code, element count) of a numpy array or torch tensor, checked"""
         if _is_tensor(a):
-            return _torch_code(a), a.numel()
+            return _torch_code(a, "reduce_scatter"), a.numel()
         if not isinstance(a, _np.ndarray):
             raise TypeError(f"reduce_scatter's {what} must be a numpy array or a torch CPU tensor, "
                             f"not {type(a).__name__}")

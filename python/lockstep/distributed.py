@@ -34,9 +34,9 @@ each call does:
     Within one host only.
 
 No point-to-point (send, recv), and no all_to_all across hosts: those raise
-NotImplementedError (use a gloo group for them), as do CUDA tensors (ValueError). torch.compile turns dist.* calls
-into torch's functional collectives (torch.distributed._functional_collectives), which
-run here too.
+NotImplementedError (use a gloo group for them); CUDA tensors raise ValueError.
+torch.compile turns dist.* calls into torch's functional collectives
+(torch.distributed._functional_collectives), which run here too.
 
 comm(group) gives a group's lockstep.Comm, for zero-copy buffers or torch.ops.lockstep;
 pg_options=lockstep.distributed.Options(buffer_bytes=..., ...) sets up that Comm.

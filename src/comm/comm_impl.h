@@ -112,6 +112,8 @@ struct lockstep_comm {
     size_t total;
     int rank, size;
     uint32_t seq, step;
+    int after_eager;   /* my last call was an eager broadcast (read by every call: kept
+                          on the line of the fields every call reads) */
     uint64_t timeout_ns;
     lockstep_wait_t wait;
     ls_seg_hdr_t *hdr;
@@ -125,8 +127,9 @@ struct lockstep_comm {
     int busy;                          /* which of my chunk slots peers may still read
                                           after my last call returned: -1 none, 0 or 1,
                                           LS_BUSY_BOTH; the same on every rank */
-    uint32_t known;                    /* every rank has finished the calls up to this one */
-    int after_eager;                   /* my last call was an eager broadcast */
+    uint32_t known;                    /* eager.c: every rank has finished the calls up to
+                                          this one (as far as eager calls have seen) */
+    uint32_t run_start;                /* eager.c: the first of the eager calls in a row */
     int in_eager;                      /* in an eager broadcast or settling after them */
     int cma;                           /* this rank can read every peer's memory (cma.c) */
 };
@@ -201,7 +204,7 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
 int ls_eager_settle(lockstep_comm_t *c);
 static inline int ls_comm_settle(lockstep_comm_t *c)
 {
-    return c->after_eager ? ls_eager_settle(c) : 0;
+    return __builtin_expect(c->after_eager, 0) ? ls_eager_settle(c) : 0;
 }
 
 /* Zero-copy calls (lockstep_comm_buffer): where a call's buffers lie in the rank's own

@@ -8,9 +8,13 @@
  * the start of an eager call in own.eager_seq (and its root in own.eager_root) and its
  * end in own.done = s.
  *   - The root rewrites an entry only once every rank has finished the call that last
- *     used it (done has reached s - LS_EAGER_DEPTH), unless a later regular call showed
- *     as much (c->known). done only moves in eager calls, so that wait is only made when
- *     every call since c->known was eager, and so publishes a done.
+ *     used it (done has reached s - LS_EAGER_DEPTH). It knows that without waiting when
+ *     the entry's last call came before the regular call that preceded this run of eager
+ *     calls (c->run_start - 1: its announcement waited until every rank had finished
+ *     the call before it), or when an earlier wait saw every rank past it (c->known).
+ *     done only moves in eager calls, so that wait is only made when every call since
+ *     the entry's last was eager, and so publishes a done. Regular calls keep no count
+ *     of their own for this: the tiny allreduce's 0.1 us has no room for it.
  *   - Other calls write slots and announcements that a rank still in an eager call's
  *     predecessor may be reading, and assume every rank finished the call before them.
  *     So the first other call after an eager one (ls_eager_settle) waits until every
@@ -53,6 +57,8 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
     if (rc)
         return rc;
     uint32_t s = ++c->seq;
+    if (!c->after_eager)
+        c->run_start = s;
     ls_ctl_t *mine = ls_ctl(c, c->rank);
     ls_desc_t want = {LS_CALL_BROADCAST, (uint8_t)xfer, 0, 0, root, bytes};
     c->in_eager = 1;
@@ -60,7 +66,8 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
     __atomic_store_n(&mine->own.eager_seq, s, __ATOMIC_RELEASE);
     if (c->rank == root) {
         uint32_t last = s - LS_EAGER_DEPTH; /* the entry's last call */
-        if ((int32_t)(c->known - last) < 0) {
+        uint32_t before = c->run_start - 2;  /* every rank finished it: see above */
+        if ((int32_t)(last - before) > 0 && (int32_t)(last - c->known) > 0) {
             if ((rc = ls_comm_wait_done(c, last)) != 0)
                 return rc;
             /* how far the slowest rank has got: no wait until the ring reaches that */

@@ -102,6 +102,23 @@ def _torch_code(t, what="allreduce"):
     return code
 
 
+def _new_like(send, lead, what):
+    """A new array for what a call receives: shape lead + send's shape and send's dtype
+    for a torch tensor or numpy array; for any other buffer, uint8 of shape
+    lead + (its byte length,)."""
+    if _is_tensor(send):
+        import torch
+        return torch.empty(lead + tuple(send.shape), dtype=send.dtype)
+    if isinstance(send, _np.ndarray):
+        return _np.empty(lead + send.shape, send.dtype)
+    try:
+        nbytes = memoryview(send).nbytes
+    except TypeError:
+        raise TypeError(f"{what} needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
+                        f"not {type(send).__name__}") from None
+    return _np.empty(lead + (nbytes,), _np.uint8)
+
+
 def _address(a):
     return a.data_ptr() if _is_tensor(a) else a.ctypes.data
 
@@ -218,7 +235,7 @@ class Comm:
         shape S, one of shape (size, *S) and the same dtype (block r is rank r's);
         for any other buffer, a numpy uint8 array of shape (size, nbytes)."""
         if recv is None:
-            recv = self._new_gather(send)
+            recv = _new_like(send, (self.size,), "allgather")
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
         return recv
 
@@ -227,17 +244,7 @@ class Comm:
         equal blocks of bytes, block r for rank r; returns recv (a new array or tensor
         like send without it). recv must not overlap send."""
         if recv is None:
-            if _is_tensor(send):
-                import torch
-                recv = torch.empty(tuple(send.shape), dtype=send.dtype)
-            elif isinstance(send, _np.ndarray):
-                recv = _np.empty(send.shape, send.dtype)
-            else:
-                try:
-                    recv = _np.empty(memoryview(send).nbytes, _np.uint8)
-                except TypeError:
-                    raise TypeError(f"alltoall needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
-                                    f"not {type(send).__name__}") from None
+            recv = _new_like(send, (), "alltoall")
         self._c.alltoall(_bytes_view(send), _bytes_view(recv))
         return recv
 
@@ -287,19 +294,6 @@ class Comm:
         if writable and not a.flags.writeable:
             raise ValueError(f"reduce_scatter's {what} must be writable")
         return code, a.size
-
-    def _new_gather(self, send):
-        if _is_tensor(send):
-            import torch
-            return torch.empty((self.size,) + tuple(send.shape), dtype=send.dtype)
-        if isinstance(send, _np.ndarray):
-            return _np.empty((self.size,) + send.shape, send.dtype)
-        try:
-            nbytes = memoryview(send).nbytes
-        except TypeError:
-            raise TypeError(f"allgather needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
-                            f"not {type(send).__name__}") from None
-        return _np.empty((self.size, nbytes), _np.uint8)
 
     def peers(self, order="linear"):
         """The other ranks, in the order a broadcast or allgather with this order visits

@@ -393,6 +393,24 @@ static PyObject *comm_broadcast(CommObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* call's send (any C-contiguous buffer) and recv (writable too), or -1 with ValueError
+ * or TypeError naming call and the argument to fix (nothing held then) */
+static int send_recv_buffers(PyObject *sobj, PyObject *robj, Py_buffer *s, Py_buffer *r, const char *call)
+{
+    if (PyObject_GetBuffer(sobj, s, PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s's send must be a C-contiguous buffer", call);
+        return -1;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s's recv", call);
+    if (writable_buffer(robj, r, what) != 0) {
+        PyBuffer_Release(s);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *comm_allgather(CommObject *self, PyObject *args)
 {
     PyObject *sobj, *robj;
@@ -400,18 +418,9 @@ static PyObject *comm_allgather(CommObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO|ii", &sobj, &robj, &order, &xfer))
         return NULL;
     lockstep_comm_t *c = live(self);
-    if (!c)
-        return NULL;
     Py_buffer s, r;
-    if (PyObject_GetBuffer(sobj, &s, PyBUF_C_CONTIGUOUS) != 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "allgather's send must be a C-contiguous buffer");
+    if (!c || send_recv_buffers(sobj, robj, &s, &r, "allgather") != 0)
         return NULL;
-    }
-    if (writable_buffer(robj, &r, "allgather's recv") != 0) {
-        PyBuffer_Release(&s);
-        return NULL;
-    }
     int size = lockstep_comm_size(c), rc;
     if (r.len != s.len * size) {
         PyBuffer_Release(&s);
@@ -436,18 +445,9 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO", &sobj, &robj))
         return NULL;
     lockstep_comm_t *c = live(self);
-    if (!c)
-        return NULL;
     Py_buffer s, r;
-    if (PyObject_GetBuffer(sobj, &s, PyBUF_C_CONTIGUOUS) != 0) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "alltoall's send must be a C-contiguous buffer");
+    if (!c || send_recv_buffers(sobj, robj, &s, &r, "alltoall") != 0)
         return NULL;
-    }
-    if (writable_buffer(robj, &r, "alltoall's recv") != 0) {
-        PyBuffer_Release(&s);
-        return NULL;
-    }
     int size = lockstep_comm_size(c), rc;
     const char *why = s.len % size ? "alltoall's send must hold size equal blocks"
                     : r.len != s.len ? "alltoall's recv must hold as many bytes as send"

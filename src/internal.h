@@ -40,6 +40,14 @@ int ls_wait_until_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
                         uint32_t target, uint64_t deadline_ns);
 void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t *sleepers);
 
+/* Register this process (once) for membarrier's global expedited command: 1 when it
+ * is. A process-shared lockstep_wait_t may then carry LOCKSTEP_WAIT_F_ASYM (publish
+ * with a plain store; a parker's membarrier fences every registered process), but only
+ * if every process that publishes or parks on its words is registered too: one that is
+ * not would publish without a fence the parker can force. lockstep_comm agrees on it
+ * across its ranks at create (comm.c). */
+int ls_wait_global_fences(void);
+
 /* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
  * that a quiet schedule would hide. */
 #ifdef LOCKSTEP_PERTURB

@@ -91,9 +91,10 @@ typedef struct lockstep_comm_params {
                                             one synchronisation; 256..1 GiB, a multiple of 64 */
     size_t allreduce_small_bytes;        /* allreduces up to this size (and up to
                                             small_bytes) take the small path; 256..1 GiB,
-                                            or 0 (default): rank 0 picks 512 B while
-                                            ranks fit its CPUs, 8 KiB when they outnumber
-                                            them, and the others take its choice */
+                                            or 0 (default): rank 0 picks 32 KiB /
+                                            (size - 1), at least 512 B, while ranks fit
+                                            its CPUs, 8 KiB when they outnumber them,
+                                            and the others take its choice */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
                                             allreduce uses at most 512 KiB of it per step */
@@ -148,8 +149,9 @@ typedef struct lockstep_comm_params {
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
- * 0 (rank 0 picks 512 B or 8 KiB, see allreduce_small_bytes; the switch points are
- * measured, see comm.c), chunk 1 MiB, no buffer, cpu_sharers 0, no eager broadcasts. */
+ * 0 (rank 0 picks 32 KiB / (size - 1) or 8 KiB, see allreduce_small_bytes; the switch
+ * points are measured, see comm.c), chunk 1 MiB, no buffer, cpu_sharers 0, no eager
+ * broadcasts. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and

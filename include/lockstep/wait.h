@@ -73,7 +73,11 @@ typedef struct lockstep_wait {
 
 #define LOCKSTEP_WAIT_F_SHARED 1u /* the words live in memory shared between processes */
 #define LOCKSTEP_WAIT_F_NOPARK 2u /* never park (active policy) */
-#define LOCKSTEP_WAIT_F_ASYM   4u /* publish with a plain store; parkers use membarrier */
+#define LOCKSTEP_WAIT_F_ASYM   4u /* publish with a plain store; parkers use membarrier
+                                     (with F_SHARED: its global command, which fences
+                                     only processes registered for it; lockstep_wait_init
+                                     never sets both, lockstep_comm does when all its
+                                     ranks are registered) */
 
 /* A word to wait on and the count of its parked waiters. Keep both on one line. */
 typedef struct lockstep_waitword {
@@ -97,8 +101,9 @@ int lockstep_wait_until(const lockstep_wait_t *w, lockstep_waitword_t *ww,
 
 /* Store value into ww->value and wake every parked waiter.
  * Ordering: release — the caller's earlier writes are visible to any waiter that
- * observes this value. (The store is sequentially consistent only where membarrier is
- * unavailable or the word is process-shared; see wait.c.) */
+ * observes this value. (The store is sequentially consistent where membarrier is
+ * unavailable, and for process-shared words unless every process that uses them has
+ * agreed on the global membarrier, as lockstep_comm's ranks do; see wait.c.) */
 void lockstep_wait_publish(const lockstep_wait_t *w, lockstep_waitword_t *ww, uint32_t value);
 
 /* Wake the waiters parked on ww without storing (after an RMW on ww->value that the

@@ -3,8 +3,9 @@
  * Small (count * size <= allreduce_small_bytes, capped at small_bytes): copy in to
  * small[s & 1] (up to 100 bytes: into the announcement itself), announce (which
  * publishes the payload), then reduce every rank's copy, in rank order, straight into
- * recv. One synchronisation per call; no closing barrier, because a slot is only
- * rewritten two calls later (see comm_impl.h).
+ * recv (my own input read from send, not from my slot or announcement: see
+ * lockstep_comm in comm_impl.h). One synchronisation per call; no closing barrier,
+ * because a slot is only rewritten two calls later (see comm_impl.h).
  *
  * Large: per chunk of step_bytes (chunk_bytes, smaller when oversubscribed; see
  * comm.c), double-buffered:
@@ -104,7 +105,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
         if (rc)
             return rc;
         for (int k = 0; k < N; k++)
-            in[k] = ls_ctl(c, k)->ann[b].data + at;
+            in[k] = k == me ? send : (const void *)(ls_ctl(c, k)->ann[b].data + at);
         ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;
     }
@@ -151,7 +152,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
                 return rc;
         }
         for (int k = 0; k < N; k++)
-            in[k] = ls_small(c, k, b);
+            in[k] = k == me ? send : ls_small(c, k, b);
         ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;
     }

@@ -48,6 +48,7 @@ void ls_comm_cma_init(lockstep_comm_t *c)
 void ls_cma_post(lockstep_comm_t *c, const void *src)
 {
     struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint32_t)(src && c->cma), 0};
+    c->cma_posted = (int)p.ok;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
 }
 
@@ -55,7 +56,7 @@ int ls_cma_count(const lockstep_comm_t *c)
 {
     int n = 0;
     for (int r = 0; r < c->size; r++)
-        n += posted(c, r, c->seq).ok != 0;
+        n += r == c->rank ? c->cma_posted : posted(c, r, c->seq).ok != 0;
     return n;
 }
 

@@ -32,10 +32,26 @@
 
 #define OVERSUBSCRIBED_STEP ((size_t)512 * 1024)
 /* allreduce_small_bytes = 0: the switch rank 0 picks (measured: see params_default) */
-#define AUTO_SMALL_FITS ((size_t)512)
+#define AUTO_SMALL_FITS ((size_t)32 * 1024) /* at 2 ranks; divided by size - 1 */
+#define AUTO_SMALL_FITS_MIN ((size_t)512)
 #define AUTO_SMALL_OVERSUBSCRIBED ((size_t)8 * 1024)
 #define SLICE_NS (10ull * 1000 * 1000) /* liveness is checked this often while waiting */
 
+
+/* Asymmetric fences between the ranks (see wait.c): a call's publishing store is then
+ * a plain store instead of an XCHG, which stalls the rank until every store before it,
+ * the payload's included, owns its line. 2 ranks, both libraries alternating in the
+ * same processes (median of 15 paired batches, two orders): 4 B 0.75-0.87x the time,
+ * 64 B 0.62-0.77x, 128 B 0.77-0.86x; with the copies of my own lines below (own
+ * descriptor, offsets, input), 256 B 0.71-0.76x, 512 B 0.78-0.79x. Each rank registers
+ * for membarrier's global command at create and says so in own.fences; the waits
+ * switch only if every rank did. LOCKSTEP_NO_MEMBARRIER=1 keeps a rank out of it (and
+ * so every rank of its communicators). */
+static int global_fences_wanted(void)
+{
+    const char *off = getenv("LOCKSTEP_NO_MEMBARRIER");
+    return !(off && *off && strcmp(off, "0") != 0);
+}
 
 lockstep_comm_params_t lockstep_comm_params_default(void)
 {
@@ -53,8 +69,17 @@ lockstep_comm_params_t lockstep_comm_params_default(void)
      * the chunked path tied at 512 B and won from 1 KiB at 2 ranks (1 KiB: 0.33-0.37 us
      * against 0.36-0.39; 2 KiB: 0.43-0.46 against 0.54-0.58; 4 KiB: 0.63-0.90 against
      * 0.87-0.96) while at 4 ranks on its 2 CPUs the small path still won up to 8 KiB
-     * (4 KiB: 3.5-8.4 against 4.8-8.9) and lost at 16. So the default, 0, lets rank 0
-     * choose by that: 512 B while ranks fit the CPUs, 8 KiB when they outnumber them
+     * (4 KiB: 3.5-8.4 against 4.8-8.9) and lost at 16. Once a call stopped reading
+     * back its own announcement and the ranks' waits used asymmetric fences (see
+     * global_fences_wanted), the small path won again at 2 ranks, on an Intel Xeon
+     * with 2 vCPUs (1, 4, 16, 32, 48, 64 KiB, median of 11 paired batches, two
+     * orders): 1 KiB 0.55-0.56x the chunked path's time, 4 KiB 0.76-0.78x, 16-32 KiB
+     * 0.82-0.84x, 48 KiB 0.73-0.75x, 64 KiB a tie. The small path reads (size - 1)
+     * whole messages from peers where the chunked one reads about two, so with more
+     * ranks than 2 on as many CPUs (not measured here: this machine has 2) the switch
+     * is divided by size - 1, so that they read no more from peers than 2 ranks did at
+     * 32 KiB; 512 B at the least. So the default, 0, lets rank 0 choose: 32 KiB /
+     * (size - 1) while ranks fit the CPUs, 8 KiB when they outnumber them
      * (AUTO_SMALL_* above).
      * A broadcast or allgather gains nothing from the large path's chunks until they
      * pipeline, and pays one synchronisation more: the small path is 1.1-2.3x
@@ -366,11 +391,9 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     uint32_t s = ++c->seq;
     c->busy = -1; /* once every rank has announced s, none is still in call s - 1 */
     ls_announce_t *a = &ls_ctl(c, c->rank)->ann[s & 1];
-    a->desc.call = (uint8_t)call;
-    a->desc.op = (uint8_t)op;
-    a->desc.dtype = (uint8_t)dt;
-    a->desc.root = root;
-    a->desc.count = count;
+    ls_desc_t d = {.call = (uint8_t)call, .op = (uint8_t)op, .dtype = (uint8_t)dt, .root = root, .count = count};
+    c->desc = d;
+    a->desc = d;
     int cpu = track_cpu(c) ? sched_getcpu() : -1;
     __atomic_store_n(&a->where, cpu, __ATOMIC_RELAXED);
     /* release: the descriptor and any payload (ann.data, small[s & 1]) before seq */
@@ -390,13 +413,9 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
 int ls_comm_verify(lockstep_comm_t *c)
 {
     unsigned b = c->seq & 1;
-    const ls_desc_t *mine = &ls_ctl(c, c->rank)->ann[b].desc;
-    for (int r = 0; r < c->size; r++) {
-        const ls_desc_t *d = &ls_ctl(c, r)->ann[b].desc;
-        if (d->call != mine->call || d->op != mine->op || d->dtype != mine->dtype ||
-            d->root != mine->root || d->count != mine->count)
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && !ls_same_desc(&ls_ctl(c, r)->ann[b].desc, &c->desc))
             return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
-    }
     return 0;
 }
 
@@ -731,9 +750,11 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
     int oversubscribed = sharers > (unsigned)lockstep_cpus_available();
+    size_t fits = AUTO_SMALL_FITS / (size_t)(p->size > 1 ? p->size - 1 : 1) / 256 * 256;
     size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
                       : oversubscribed         ? AUTO_SMALL_OVERSUBSCRIBED
-                                               : AUTO_SMALL_FITS;
+                      : fits > AUTO_SMALL_FITS_MIN ? fits
+                                                   : AUTO_SMALL_FITS_MIN;
     want.allreduce_small = ar_small < p->small_bytes ? ar_small : p->small_bytes;
     want.chunk_bytes = p->chunk_bytes;
     size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
@@ -845,6 +866,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     }
 
     ls_ctl_t *me = ls_ctl(c, c->rank);
+    me->own.fences = global_fences_wanted() && ls_wait_global_fences();
     me->own.cpu = sched_getcpu();
     me->own.base = (uint64_t)(uintptr_t)c->base;
     me->own.where = me->ann[0].where = me->ann[1].where = -1; /* unknown: see wait_peers */
@@ -857,6 +879,13 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         goto fail_unlink;
     }
     shm_unlink(name); /* step 4: the name is gone, the mappings stay */
+    /* before any other wait: every rank decides alike, from what all wrote before
+     * joining, and nothing is published or parked on with c->wait until it has */
+    int all_fences = 1;
+    for (int r = 0; r < c->size; r++)
+        all_fences &= __atomic_load_n(&ls_ctl(c, r)->own.fences, __ATOMIC_RELAXED) == 1;
+    if (all_fences)
+        c->wait.flags |= LOCKSTEP_WAIT_F_ASYM;
     c->busy = -1;
     ls_comm_cma_init(c);
     compute_topology(c);
@@ -901,11 +930,14 @@ uint64_t ls_buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
 void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv)
 {
     struct ls_zc_offsets o = {send, recv};
+    c->zc = o;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data, &o, sizeof o);
 }
 
 struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r)
 {
+    if (r == c->rank)
+        return c->zc;
     struct ls_zc_offsets o;
     memcpy(&o, ls_ctl(c, r)->ann[c->seq & 1].data, sizeof o);
     return o;

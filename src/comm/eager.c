@@ -34,12 +34,6 @@
 
 #include "comm_impl.h"
 
-static int same_desc(const ls_desc_t *a, const ls_desc_t *b)
-{
-    return a->call == b->call && a->op == b->op && a->dtype == b->dtype && a->root == b->root &&
-           a->count == b->count;
-}
-
 /* Between slices of a receiver's wait for its root's entry s (= c->seq). */
 static int eager_check(lockstep_comm_t *c, int root)
 {
@@ -88,7 +82,7 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
         if (!ls_reached(ls_load_acquire(&e->seq.value), s) &&
             (rc = ls_comm_wait_word_checked(c, root, &e->seq, s, ls_comm_deadline(c), eager_check)) != 0)
             return rc;
-        if (!same_desc(&e->desc, &want))
+        if (!ls_same_desc(&e->desc, &want))
             return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
         if (bytes)
             memcpy(buf, e->data, bytes);

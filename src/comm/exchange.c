@@ -90,8 +90,9 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
             memcpy(ls_ctl(c, me)->ann[b].data + at, send, total);
         if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
             return rc;
-        for (int k = 0; k < N; k++)
-            in[k] = ls_ctl(c, k)->ann[b].data + at + (size_t)me * bytes;
+        for (int k = 0; k < N; k++) /* mine from send: see lockstep_comm's desc */
+            in[k] = k == me ? (const void *)mine_in
+                            : (const void *)(ls_ctl(c, k)->ann[b].data + at + (size_t)me * bytes);
         finish(c, x, in, recv, 0, count, 0);
         return 0;
     }
@@ -150,7 +151,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
                 return rc;
         }
         for (int k = 0; k < N; k++)
-            in[k] = ls_small(c, k, b) + (size_t)me * bytes;
+            in[k] = k == me ? (const void *)mine_in : (const void *)(ls_small(c, k, b) + (size_t)me * bytes);
         finish(c, x, in, recv, 0, count, 0);
         return 0;
     }

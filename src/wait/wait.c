@@ -20,8 +20,12 @@
  * barrier on every CPU running a thread of this process, so either the publisher's
  * store is visible to the waiter's read at 2, or the waiter's increment at 1 is
  * visible to the publisher's read at b (the scheme userspace-rcu uses for its readers).
- * It covers one process only: words in memory shared between processes keep the
- * seq_cst pair. */
+ * PRIVATE_EXPEDITED covers one process only. Across processes the global command
+ * (MEMBARRIER_CMD_GLOBAL_EXPEDITED) does the same for every process registered for it,
+ * so a process-shared word may use the scheme only when every process on both sides
+ * is registered: lockstep_wait_init keeps the seq_cst pair for such words, and
+ * lockstep_comm switches its ranks' waits over once all of them have registered
+ * (ls_wait_global_fences; comm.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -79,6 +83,25 @@ static int asym_fences(void)
             syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
             st = 1;
         __atomic_store_n(&asym_state, st, __ATOMIC_RELEASE);
+    }
+    return st > 0;
+}
+
+/* The same across processes: 1 when this process is registered for
+ * membarrier(GLOBAL_EXPEDITED), which runs a full barrier on every CPU that runs a
+ * thread of a registered process; -1 when it cannot be, 0 before the first try. */
+static int global_state;
+
+int ls_wait_global_fences(void)
+{
+    int st = __atomic_load_n(&global_state, __ATOMIC_ACQUIRE);
+    if (st == 0) {
+        long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+        st = -1;
+        if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+            syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0)
+            st = 1;
+        __atomic_store_n(&global_state, st, __ATOMIC_RELEASE);
     }
     return st > 0;
 }
@@ -246,7 +269,10 @@ static int park(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers, u
         }
         ls_fetch_add(sleepers, 1u, __ATOMIC_SEQ_CST);           /* step 1 */
         if (w->flags & LOCKSTEP_WAIT_F_ASYM) /* orders 1 before any publisher's read of sleepers */
-            syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+            syscall(SYS_membarrier,
+                    (w->flags & LOCKSTEP_WAIT_F_SHARED) ? MEMBARRIER_CMD_GLOBAL_EXPEDITED
+                                                        : MEMBARRIER_CMD_PRIVATE_EXPEDITED,
+                    0, 0);
         uint32_t seen = ls_load_seqcst(value);                  /* step 2 */
         if (!ls_reached(seen, target))
             futex(value, op, seen, tsp);                        /* step 3 */

@@ -335,8 +335,8 @@ static int disagree_body(int rank, int size, const char *job)
     return 0;
 }
 
-/* allreduce_small_bytes = 0: rank 0 picks the switch (512 B while ranks fit the CPUs,
- * 8 KiB when they outnumber them). A rank that names the same value joins; another
+/* allreduce_small_bytes = 0: rank 0 picks the switch (32 KiB / (size - 1), at least
+ * 512 B, while ranks fit the CPUs, 8 KiB when they outnumber them). A rank that names the same value joins; another
  * value is a mismatch; a rank that leaves it at 0 takes rank 0's choice. */
 /* 0: rank 1 names rank 0's choice; 1: another; 2: rank 0 names it; 3 and 4: rank 0 is
  * told that more processes than CPUs share them (cpu_sharers), so it picks the
@@ -350,12 +350,15 @@ static int auto_switch_body(int rank, int size, const char *job)
     CHECK_EQ(p.cpu_sharers, 0);
     if (auto_switch_mode >= 3 && rank == 0)
         p.cpu_sharers = cpus + 1 > size ? cpus + 1 : size;
-    size_t picked = (unsigned)size > (unsigned)cpus || auto_switch_mode >= 3 ? 8192 : 512;
+    size_t fits = (size_t)32768 / (size_t)(size - 1) / 256 * 256;
+    if (fits < 512)
+        fits = 512;
+    size_t picked = (unsigned)size > (unsigned)cpus || auto_switch_mode >= 3 ? 8192 : fits;
     CHECK_EQ(p.allreduce_small_bytes, 0);
     if ((auto_switch_mode == 0 || auto_switch_mode == 3) && rank == 1)
         p.allreduce_small_bytes = picked;
     else if ((auto_switch_mode == 1 || auto_switch_mode == 4) && rank == 1)
-        p.allreduce_small_bytes = picked == 512 ? 8192 : 512;
+        p.allreduce_small_bytes = picked == 8192 ? 512 : 8192;
     else if (auto_switch_mode == 2 && rank == 0)
         p.allreduce_small_bytes = 4096;
     p.timeout_ms = 10000;
@@ -368,8 +371,8 @@ static int auto_switch_body(int rank, int size, const char *job)
     }
     CHECK(c != NULL);
     /* both ranks take the same path on each side of the switch: the sums agree */
-    float v[3000];
-    for (size_t n = 50; n <= 3000; n += 700) {
+    static float v[10000]; /* up to 39 KiB: both sides of every switch */
+    for (size_t n = 50; n <= 10000; n += 1400) {
         for (size_t i = 0; i < n; i++)
             v[i] = (float)(rank + 1) * (float)(i % 7);
         CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_F32, LOCKSTEP_SUM), 0);

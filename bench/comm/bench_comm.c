@@ -9,8 +9,9 @@
  *                                plus lockstep_mpi's own cost; and, up to 256 B while
  *                                ranks fit the CPUs, bare-exchange: the exchange of
  *                                lockstep's small path and nothing else (copy in, a
- *                                flag, spin on the peers' flags, sum every slot in rank
- *                                order) in an MPI shared window, without lockstep's
+ *                                flag, spin on the peers' flags, sum every rank's
+ *                                array in rank order, its own from a private copy)
+ *                                in an MPI shared window, without lockstep's
  *                                descriptor check, deadline, liveness checks or wait
  *                                policy. It shows how much of a small call is the
  *                                memory traffic itself on this machine, and so what
@@ -80,10 +81,12 @@ struct ctx {
 };
 
 /* The bare exchange (bare-exchange rows), call s: rank r copies its array into
- * bare[r]->slot[s & 1], stores s in bare[r]->flag[s & 1] (seq_cst, as lockstep's
- * publish), spins until every peer's flag says s, and sums all slots in rank order.
- * A slot is rewritten two calls later, after every rank has flagged the call between,
- * so after it finished reading this one. */
+ * bare[r]->slot[s & 1], stores s in bare[r]->flag[s & 1] (a release store, as
+ * lockstep's publish with the ranks' asymmetric fences), spins until every peer's
+ * flag says s, and sums all arrays in rank order, its own from a private copy (as
+ * lockstep reads its own input from send), the others from their slots. A slot is
+ * rewritten two calls later, after every rank has flagged the call between, so after
+ * it finished reading this one. */
 #define BARE_MAX 256
 struct bare_rank {
     uint32_t flag[2][32]; /* one 128-byte line each */
@@ -96,8 +99,10 @@ static int do_bare(struct ctx *c)
     uint32_t s = ++c->bare_seq;
     unsigned b = s & 1;
     size_t n = c->bytes / 4;
+    float own[BARE_MAX / 4];
+    memcpy(own, c->a, c->bytes);
     memcpy(c->bare[c->rank]->slot[b], c->a, c->bytes);
-    __atomic_store_n(&c->bare[c->rank]->flag[b][0], s, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->bare[c->rank]->flag[b][0], s, __ATOMIC_RELEASE);
     for (int r = 0; r < c->size; r++) {
         uint64_t spins = 0, give_up = 0;
         while (__atomic_load_n(&c->bare[r]->flag[b][0], __ATOMIC_ACQUIRE) != s) {
@@ -113,10 +118,12 @@ static int do_bare(struct ctx *c)
             }
         }
     }
-    memcpy(c->a, c->bare[0]->slot[b], c->bytes);
-    for (int r = 1; r < c->size; r++) /* one vectorised pass per rank, in rank order */
+    memcpy(c->a, c->rank == 0 ? own : c->bare[0]->slot[b], c->bytes);
+    for (int r = 1; r < c->size; r++) { /* one vectorised pass per rank, in rank order */
+        const float *in = r == c->rank ? own : c->bare[r]->slot[b];
         for (size_t i = 0; i < n; i++)
-            c->a[i] += c->bare[r]->slot[b][i];
+            c->a[i] += in[i];
+    }
     return 0;
 }
 

@@ -79,6 +79,42 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
     return ls_comm_step(c, ls_comm_deadline(c));
 }
 
+/* Single copy (every rank's c->cma, no pool, no shared buffers, at least LS_CMA_MIN
+ * bytes per rank's part): as zero-copy, each rank reduces its 1/N of the elements over
+ * every rank's send into every rank's recv, but through the kernel, from and to the
+ * peers' private memory: process_vm_readv of its part of each peer's send into my
+ * chunk slots (free: no peer reads them in this call, nor still from my last once all
+ * have announced), the reduction into my recv, process_vm_writev of the result into
+ * each peer's recv. Piece by piece, so that the pieces stay in the cache between the
+ * three. One step ends the call, as zero-copy's. */
+#define SINGLE_COPY_PIECE ((size_t)256 * 1024)
+
+static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
+                                 lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    int N = c->size, me = c->rank, rc;
+    size_t lo = count * (size_t)me / (size_t)N, hi = count * (size_t)(me + 1) / (size_t)N;
+    size_t piece = 2 * c->hdr->chunk_bytes / (size_t)(N - 1);
+    piece = (piece < SINGLE_COPY_PIECE ? piece : SINGLE_COPY_PIECE) / es;
+    char *tmp = ls_chunk(c, me, 0), *out = recv; /* chunk slots 0 and 1 lie end to end */
+    const void *in[LOCKSTEP_COMM_MAX_RANKS];
+    for (size_t off = lo; off < hi; off += piece) {
+        size_t n = hi - off < piece ? hi - off : piece;
+        for (int i = 1; i < N; i++) {
+            int k = (me + i) % N; /* rotated: ranks start on different peers */
+            in[k] = tmp + (size_t)(i - 1) * piece * es;
+            if ((rc = ls_cma_read(c, k, tmp + (size_t)(i - 1) * piece * es, off * es, n * es)) != 0)
+                return rc;
+        }
+        in[me] = (const char *)send + off * es;
+        ls_reduce(dtype, op, out + off * es, NULL, 0, in, N, n);
+        for (int i = 1; i < N; i++)
+            if ((rc = ls_cma_write(c, (me + i) % N, out + off * es, off * es, n * es)) != 0)
+                return rc;
+    }
+    return ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
+}
+
 int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op)
 {
@@ -121,10 +157,11 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     int small = bytes <= c->hdr->allreduce_small;
+    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes / (size_t)N >= LS_CMA_MIN;
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */
-    int copied = !zc_mine && (small || may_early);
+    int copied = !zc_mine && !cma_try && (small || may_early);
     const char *src = send;
     char *dst = recv;
     if (copied && small)
@@ -137,12 +174,17 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
      * posting first (both libraries alternating in the same processes, median of 21
      * paired batches; 1 KiB 0.98x, 4 ranks 0.98x) */
     ls_zc_post(c, mine.send, mine.recv);
+    if (!small) /* every rank posts, so that every rank counts the same */
+        ls_cma_post(c, cma_try ? send : NULL, recv);
     rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
     if (rc)
         return rc;
     int zc = zero_copy_ranks(c); /* ranks that passed buffers, as every rank sees it */
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
+    int cma = small ? 0 : ls_cma_count(c); /* ranks that may move data by single copy */
+    if (cma == N)
+        return allreduce_single_copy(c, send, recv, count, es, dtype, op);
 
     if (small) {
         if (zc) { /* some ranks passed buffers: they copy in now, and say so */
@@ -157,7 +199,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
         return 0;
     }
 
-    int early = may_early && zc == 0; /* every rank copied chunk 0 early: no step for it */
+    int early = may_early && zc + cma == 0; /* every rank copied chunk 0 early: no step for it */
     uint64_t deadline = ls_comm_deadline(c);
     unsigned j = 0;
     for (size_t off = 0; off < count; off += per_chunk, j++) {

@@ -12,9 +12,10 @@
 
 #include "comm_impl.h"
 
-/* where single-copy calls post their source: after the zero-copy offsets */
+/* where single-copy calls post their source and destination: after the zero-copy
+ * offsets */
 struct ls_cma_posted {
-    uint64_t addr;
+    uint64_t addr, dst;
     uint32_t ok, pad;
 };
 _Static_assert(sizeof(struct ls_zc_offsets) + sizeof(struct ls_cma_posted) <= LS_INLINE_BYTES,
@@ -45,9 +46,9 @@ void ls_comm_cma_init(lockstep_comm_t *c)
     }
 }
 
-void ls_cma_post(lockstep_comm_t *c, const void *src)
+void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst)
 {
-    struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint32_t)(src && c->cma), 0};
+    struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint64_t)(uintptr_t)dst, (uint32_t)(src && c->cma), 0};
     c->cma_posted = (int)p.ok;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
 }
@@ -60,23 +61,31 @@ int ls_cma_count(const lockstep_comm_t *c)
     return n;
 }
 
-int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n)
+/* n bytes between local and rank r's remote address, in either direction */
+static int cma_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, size_t n, int write)
 {
-    const ls_ctl_t *p = ls_ctl(c, r);
-    pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_RELAXED);
-    char *to = dst;
-    uint64_t from = posted(c, r, c->seq).addr + at;
-    while (n) { /* the kernel may stop short (at a page it cannot read at once, say) */
-        struct iovec local = {to, n}, remote = {(void *)(uintptr_t)from, n};
-        ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    pid_t pid = __atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_RELAXED);
+    while (n) { /* the kernel may stop short (at a page it cannot reach at once, say) */
+        struct iovec l = {local, n}, rm = {(void *)(uintptr_t)remote, n};
+        ssize_t got = write ? process_vm_writev(pid, &l, 1, &rm, 1, 0) : process_vm_readv(pid, &l, 1, &rm, 1, 0);
         if (got <= 0) {
             if (got < 0 && errno == EINTR)
                 continue;
             return ls_comm_fail(c, got < 0 && errno == ESRCH ? LOCKSTEP_EPEERDIED : EIO);
         }
-        to += got;
-        from += (uint64_t)got;
+        local += got;
+        remote += (uint64_t)got;
         n -= (size_t)got;
     }
     return 0;
+}
+
+int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n)
+{
+    return cma_move(c, r, dst, posted(c, r, c->seq).addr + at, n, 0);
+}
+
+int ls_cma_write(lockstep_comm_t *c, int r, const void *src, uint64_t at, size_t n)
+{
+    return cma_move(c, r, (char *)(uintptr_t)src, posted(c, r, c->seq).dst + at, n, 1);
 }

@@ -144,6 +144,8 @@ struct lockstep_comm {
     uint32_t run_start;                /* eager.c: the first of the eager calls in a row */
     int in_eager;                      /* in an eager broadcast or settling after them */
     int cma;                           /* this rank can read every peer's memory (cma.c) */
+    int fits;                          /* ranks (or cpu_sharers) fit the CPUs, as this rank
+                                          saw at create */
     /* My last call's descriptor, zero-copy offsets and single-copy post, as announced.
      * After announcing, a rank reads these, never its own announcement: the peers
      * that read that line may have taken it from this CPU's cache, and reading it
@@ -239,21 +241,25 @@ void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv);
 /* rank r's, for the call announced last */
 struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
 
-/* Single-copy reads from peers' private memory (process_vm_readv), for large blocks
- * that are not in the shared buffers. c->cma: this rank could read every peer at create
- * (and LOCKSTEP_NO_CMA is unset). A call that may read this way posts the address of
- * its source and its c->cma next to the zero-copy offsets before announcing; after
- * the announcement it reads that way only if every rank posted c->cma, so every rank
- * takes the same path. */
+/* Single copies between peers' private memory (process_vm_readv, process_vm_writev),
+ * for large blocks that are not in the shared buffers. c->cma: this rank could read
+ * every peer at create (and LOCKSTEP_NO_CMA is unset; writing takes the same
+ * permission). A call that may move data this way posts the addresses of its source
+ * and destination and its c->cma next to the zero-copy offsets before announcing;
+ * after the announcement it moves data that way only if every rank posted c->cma, so
+ * every rank takes the same path. */
 #define LS_CMA_MIN ((size_t)32 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
-/* src: what peers may read (NULL: nothing, as when c->cma is 0) */
-void ls_cma_post(lockstep_comm_t *c, const void *src);
+/* src: what peers may read, dst: where they may write (src NULL: neither, as when
+ * c->cma is 0) */
+void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst);
 /* after the announcement: how many ranks posted their c->cma (single copy when all) */
 int ls_cma_count(const lockstep_comm_t *c);
 /* n bytes from rank r's posted source + at into dst: 0, or the error that breaks the
  * communicator (LOCKSTEP_EPEERDIED if r is gone, EIO otherwise) */
 int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n);
+/* n bytes from src into rank r's posted destination + at; errors as ls_cma_read's */
+int ls_cma_write(lockstep_comm_t *c, int r, const void *src, uint64_t at, size_t n);
 
 /* parallel.c: memcpy / ls_reduce, split across c->pool's threads when it pays */
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n);

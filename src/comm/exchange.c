@@ -116,7 +116,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         copy_parts(c, send, count, 0, count < piece ? count : piece, piece, es, ls_chunk(c, me, first));
     ls_zc_post(c, zmine.send, zmine.recv);
     if (alltoall)
-        ls_cma_post(c, cma_try ? send : NULL);
+        ls_cma_post(c, cma_try ? send : NULL, NULL);
     if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
         return rc;
     int zc = 0, late; /* ranks with buffers; ranks that did not copy in before announcing */

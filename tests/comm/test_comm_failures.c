@@ -14,6 +14,7 @@
 
 static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
+static int kill_no_cma;    /* LOCKSTEP_NO_CMA: large calls copy through the slots */
 static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather;
                               3: reduce-scatter; 4: all-to-all */
 
@@ -46,6 +47,8 @@ static int kill_body(int rank, int size, const char *job)
     lockstep_comm_params_t p = harness_params(rank, size, job);
     p.timeout_ms = 20000;
     p.buffer_bytes = kill_in_buffer ? kill_count * sizeof(float) : 0;
+    if (kill_no_cma)
+        CHECK_EQ(setenv("LOCKSTEP_NO_CMA", "1", 1), 0);
     lockstep_comm_t *c = lockstep_comm_create(&p);
     CHECK(c != NULL);
     struct shared_page *page = harness_page();
@@ -53,8 +56,8 @@ static int kill_body(int rank, int size, const char *job)
     float *buf = kill_in_buffer ? lockstep_comm_buffer(c, NULL) : calloc(kill_count, sizeof(float));
     CHECK(buf != NULL);
     for (int it = 0;; it++) {
-        if (rank == 0 && it == 5) /* kill rank 2 while everyone is inside calls */
-            kill((pid_t)__atomic_load_n(&page->value[2][0], __ATOMIC_ACQUIRE), SIGKILL);
+        if (rank == 0 && it == 5) /* kill the last rank while everyone is inside calls */
+            kill((pid_t)__atomic_load_n(&page->value[size - 1][0], __ATOMIC_ACQUIRE), SIGKILL);
         int rc = kill_one_call(c, buf, it, size);
         if (rc == 0)
             continue;
@@ -73,6 +76,10 @@ static int kill_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* 3 ranks, or as many as the CPUs (at least 2) where the call must not oversubscribe
+ * them: the single-copy allreduce runs only while ranks fit the CPUs */
+static int kill_ranks = 3;
+
 static void test_peer_death(size_t count, int in_buffer, int call)
 {
     char job[96];
@@ -80,7 +87,7 @@ static void test_peer_death(size_t count, int in_buffer, int call)
     kill_count = count;
     kill_in_buffer = in_buffer;
     kill_call = call;
-    CHECK_EQ(harness_run(kill_body, 3, job, 60, 1u << 2), 0);
+    CHECK_EQ(harness_run(kill_body, kill_ranks, job, 60, 1u << (kill_ranks - 1)), 0);
     CHECK_EQ(shm_entries_with(job), 0);
 }
 
@@ -619,13 +626,19 @@ int main(int argc, char **argv)
     char job[96];
     if (strcmp(t, "peer_death") == 0) {
         test_peer_death(1000, 0, 0);     /* small messages */
-        test_peer_death(1u << 21, 0, 0); /* 8 MiB: killed between chunk steps */
+        kill_ranks = lockstep_cpus_available();
+        kill_ranks = kill_ranks < 2 ? 2 : kill_ranks > 3 ? 3 : kill_ranks;
+        test_peer_death(1u << 21, 0, 0); /* 8 MiB, single copy (process_vm_readv/writev) */
+        kill_ranks = 3;
         test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
         test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_readv) */
+        kill_no_cma = 1;
+        test_peer_death(1u << 21, 0, 0); /* 8 MiB through the slots: killed between chunk steps */
+        test_peer_death(1u << 21, 0, 4); /* all-to-all through the slots */
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);

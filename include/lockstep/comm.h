@@ -94,7 +94,10 @@ typedef struct lockstep_comm_params {
                                             or 0 (default): rank 0 picks 32 KiB /
                                             (size - 1), at least 512 B, while ranks fit
                                             its CPUs, 8 KiB when they outnumber them,
-                                            and the others take its choice */
+                                            and the others take its choice. Set, it
+                                            is the reduce-scatter's and all-to-all's
+                                            switch too (their own automatic one: 512 B
+                                            or 8 KiB) */
     size_t chunk_bytes;                  /* per-rank chunk slot (x2) for large messages; with
                                             more ranks than CPUs (on rank 0), a large
                                             allreduce uses at most 512 KiB of it per step */

@@ -50,6 +50,7 @@ typedef struct ls_seg_hdr {
     uint64_t off_barrier, off_ctl, off_data, total;
     uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */
     uint64_t eager_bytes, eager_stride; /* eager broadcasts (eager.c): largest payload, entry size */
+    uint64_t exchange_small; /* a reduce-scatter or all-to-all up to this total takes the small path */
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
@@ -249,6 +250,11 @@ struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
  * after the announcement it moves data that way only if every rank posted c->cma, so
  * every rank takes the same path. */
 #define LS_CMA_MIN ((size_t)32 * 1024)
+/* An all-to-all's blocks while ranks fit the CPUs. 2 ranks, against 32 KiB, in the same
+ * processes (median of 9 paired batches, two orders): blocks of 8 KiB 0.70x the time,
+ * 16 KiB 0.60x, but 4 KiB 1.09x. 4 ranks on 2 CPUs: 4 and 8 KiB 1.4-1.6x, 16 KiB a
+ * tie, so LS_CMA_MIN stays for them. */
+#define LS_CMA_MIN_FITS ((size_t)8 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */

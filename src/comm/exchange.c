@@ -7,9 +7,11 @@
  * reads (finish()).
  *
  * Tiny (all of send within LS_INLINE_BYTES): send rides in the announcement, as the
- * tiny allreduce's payload. Small (all of send within allreduce_small): copy all of
- * send into small[s & 1] before announcing; then finish block `rank` of every rank's
- * slot. One synchronisation, as the small allreduce.
+ * tiny allreduce's payload. Small (all of send within exchange_small: the
+ * allreduce's switch when the caller set one, else 512 B while ranks fit the CPUs and
+ * 8 KiB when they outnumber them; see create in comm.c): copy all of send into
+ * small[s & 1] before announcing; then finish block `rank` of every rank's slot, my
+ * own block from send. One synchronisation, as the small allreduce.
  *
  * Large, per chunk of `piece` elements of every block (step_bytes / size each),
  * double-buffered: copy piece j of every block but mine into its part of my chunk
@@ -23,7 +25,8 @@
  * of ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
- * Single copy (all-to-all of blocks of LS_CMA_MIN or more, when no rank passed buffers
+ * Single copy (all-to-all of blocks of LS_CMA_MIN or more, LS_CMA_MIN_FITS while ranks
+ * fit the CPUs, when no rank passed buffers
  * and every rank can read its peers: cma.c): each rank reads its block of every peer's
  * send straight into recv with process_vm_readv, and one step ends the call. Through
  * the slots every block is copied twice, and large all-to-alls took 1.3-2.7x
@@ -103,9 +106,10 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         zmine.send = ls_buffer_offset(c, send, total);
     int zc_mine = zmine.send != LS_NO_OFFSET;
     int alltoall = x->call == LS_CALL_ALLTOALL;
-    int cma_try = alltoall && bytes >= LS_CMA_MIN && !zc_mine && c->cma; /* no copy in, then */
+    int cma_try = alltoall && bytes >= (c->fits ? LS_CMA_MIN_FITS : LS_CMA_MIN) && !zc_mine &&
+                  c->cma; /* no copy in, then */
 
-    int small = total <= c->hdr->allreduce_small;
+    int small = total <= c->hdr->exchange_small;
     size_t piece = c->hdr->step_bytes / es / (size_t)N;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH;

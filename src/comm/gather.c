@@ -2,7 +2,10 @@
  *   PULL — the data stays in its owner's slot and each receiver copies it out;
  *   PUSH — the owner writes it into every receiver's own slot, in the given order,
  *          and receivers copy from their own slot.
- * Small payloads travel with the announcement (small[s & 1]).
+ * Small payloads travel with the announcement (small[s & 1]); those of up to
+ * LS_INLINE_BYTES ride in it (ann.data), whatever the transfer, as the tiny
+ * allreduce's do: the line that shows the sender's arrival brings the data too (2
+ * ranks, 64 B broadcast: see CHANGELOG).
  * A large broadcast is a pipeline through a ring of pieces over both chunk slots: the
  * root writes piece j and publishes its step word (base + j + 1); each receiver waits
  * for that word on the root alone, copies the piece and publishes its own word. The
@@ -86,8 +89,11 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
 
     if (bytes <= c->hdr->small_bytes) {
         unsigned b = (c->seq + 1) & 1;
+        size_t at = ls_inline_at(bytes);
         if (me == root && bytes) {
-            if (xfer == LOCKSTEP_PULL)
+            if (bytes <= LS_INLINE_BYTES)
+                memcpy(ls_ctl(c, me)->ann[b].data + at, buf, bytes);
+            else if (xfer == LOCKSTEP_PULL)
                 memcpy(ls_small(c, me, b), buf, bytes);
             else
                 for (int i = 0; i < np; i++)
@@ -95,7 +101,10 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         }
         rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes);
         if (rc == 0 && me != root && bytes)
-            memcpy(buf, ls_small(c, xfer == LOCKSTEP_PULL ? root : me, b), bytes);
+            memcpy(buf,
+                   bytes <= LS_INLINE_BYTES ? (const void *)(ls_ctl(c, root)->ann[b].data + at)
+                                            : (const void *)ls_small(c, xfer == LOCKSTEP_PULL ? root : me, b),
+                   bytes);
         return rc;
     }
 
@@ -162,10 +171,14 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
 
     if (xfer == LOCKSTEP_PULL ? bytes <= small : total <= small) {
         unsigned b = (c->seq + 1) & 1;
-        if (xfer == LOCKSTEP_PULL) {
+        int inl = bytes <= LS_INLINE_BYTES;
+        size_t at = ls_inline_at(bytes);
+        if (inl) {
             if (bytes)
-                memcpy(ls_small(c, me, b), in, bytes);
-        } else if (bytes) {
+                memcpy(ls_ctl(c, me)->ann[b].data + at, in, bytes);
+        } else if (xfer == LOCKSTEP_PULL) {
+            memcpy(ls_small(c, me, b), in, bytes);
+        } else {
             for (int i = 0; i < np; i++)
                 memcpy(ls_small(c, peers[i], b) + (size_t)me * bytes, in, bytes);
         }
@@ -176,7 +189,9 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
             memcpy(mine, in, bytes);
         for (int i = 0; i < np; i++) {
             int k = peers[i];
-            const char *from = xfer == LOCKSTEP_PULL ? ls_small(c, k, b) : ls_small(c, me, b) + (size_t)k * bytes;
+            const char *from = inl                      ? (const char *)ls_ctl(c, k)->ann[b].data + at
+                               : xfer == LOCKSTEP_PULL ? ls_small(c, k, b)
+                                                       : ls_small(c, me, b) + (size_t)k * bytes;
             memcpy(out + (size_t)k * bytes, from, bytes);
         }
         return 0;

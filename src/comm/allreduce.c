@@ -79,8 +79,8 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
     return ls_comm_step(c, ls_comm_deadline(c));
 }
 
-/* Single copy (every rank's c->cma, no pool, no shared buffers, at least LS_CMA_MIN
- * bytes per rank's part): as zero-copy, each rank reduces its 1/N of the elements over
+/* Single copy (every rank's c->cma, ranks that fit the CPUs, no pool, no shared
+ * buffers, at least SINGLE_COPY_MIN bytes): as zero-copy, each rank reduces its 1/N of the elements over
  * every rank's send into every rank's recv, but through the kernel, from and to the
  * peers' private memory: process_vm_readv of its part of each peer's send into my
  * chunk slots (free: no peer reads them in this call, nor still from my last once all
@@ -88,6 +88,13 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * each peer's recv. Piece by piece, so that the pieces stay in the cache between the
  * three. One step ends the call, as zero-copy's. */
 #define SINGLE_COPY_PIECE ((size_t)256 * 1024)
+/* 2 ranks, against the slots in the same processes (median of 9 paired batches, two
+ * orders), with new data in send before every call: 64 KiB 1.34-1.41x the time, 256
+ * KiB a tie, 384 KiB 0.90-0.93x, 512 KiB 0.94-0.95x, 1 MiB 0.83x, 4 MiB 0.78-0.81x,
+ * 16 MiB 0.76-0.81x. (With the same data every call it won from 64 KiB: 0.70-0.80x;
+ * but that flatters it, see LS_CMA_MIN.) With more ranks than CPUs it lost with
+ * unchanged data (4 ranks on 2: 128 KiB 1.45-1.6x, 16 MiB 1.16-1.2x). */
+#define SINGLE_COPY_MIN ((size_t)512 * 1024)
 
 static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
                                  lockstep_dtype_t dtype, lockstep_op_t op)
@@ -157,7 +164,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     int small = bytes <= c->hdr->allreduce_small;
-    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes / (size_t)N >= LS_CMA_MIN;
+    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= SINGLE_COPY_MIN;
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */

@@ -249,12 +249,16 @@ struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
  * and destination and its c->cma next to the zero-copy offsets before announcing;
  * after the announcement it moves data that way only if every rank posted c->cma, so
  * every rank takes the same path. */
-#define LS_CMA_MIN ((size_t)32 * 1024)
-/* An all-to-all's blocks while ranks fit the CPUs. 2 ranks, against 32 KiB, in the same
- * processes (median of 9 paired batches, two orders): blocks of 8 KiB 0.70x the time,
- * 16 KiB 0.60x, but 4 KiB 1.09x. 4 ranks on 2 CPUs: 4 and 8 KiB 1.4-1.6x, 16 KiB a
- * tie, so LS_CMA_MIN stays for them. */
-#define LS_CMA_MIN_FITS ((size_t)8 * 1024)
+/* The smallest blocks an all-to-all reads this way: LS_CMA_MIN_FITS while ranks fit
+ * the CPUs, LS_CMA_MIN when they outnumber them. Measured against the slots in the
+ * same processes (median of 7-9 paired batches, two orders) with new data written
+ * into send before every call, as an inference step does: unchanged data flatters the
+ * single copy (its lines stay clean and end up cached on the reader's core: 2 ranks,
+ * 16 KiB blocks 0.60x the slots' time unchanged, 1.3x new). 2 ranks, new data: blocks
+ * of 16-64 KiB 1.15-1.47x the time, 256 KiB a tie, 1 MiB 0.81-0.83x; 4 ranks on 2
+ * CPUs: 32 KiB 0.9-1.37x, 128 KiB 0.91x, 512 KiB 0.78-0.81x, 1 MiB 0.76-0.77x. */
+#define LS_CMA_MIN ((size_t)128 * 1024)
+#define LS_CMA_MIN_FITS ((size_t)512 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */

@@ -26,12 +26,13 @@
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
  * Single copy (all-to-all of blocks of LS_CMA_MIN or more, LS_CMA_MIN_FITS while ranks
- * fit the CPUs, when no rank passed buffers
- * and every rank can read its peers: cma.c): each rank reads its block of every peer's
- * send straight into recv with process_vm_readv, and one step ends the call. Through
- * the slots every block is copied twice, and large all-to-alls took 1.3-2.7x
- * OpenMPI's time (which reads this way too); single copy, 0.91-0.96x (quick runs, 64
- * and 256 KiB blocks, 2 and 4 ranks). */
+ * fit the CPUs, when no rank passed buffers and every rank can read its peers: cma.c):
+ * each rank reads its block of every peer's send straight into recv with
+ * process_vm_readv, and one step ends the call. Through the slots every block is
+ * copied twice, and with unchanged data large all-to-alls took 1.3-2.7x OpenMPI's
+ * time (which reads this way too), single copy 0.91-0.96x (quick runs, 64 and 256 KiB
+ * blocks, 2 and 4 ranks); but with new data in every call the slots win up to 256
+ * KiB blocks at 2 ranks (see LS_CMA_MIN). */
 #include <errno.h>
 #include <string.h>
 

@@ -181,7 +181,11 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
  * rank 0's), ECANCELED (params.cancel asked),
  * EEXIST (a live job already uses the name), ENOSPC (/dev/shm cannot hold the
  * segment: slots and buffers of every rank, all allocated here), ENOMEM, or the
- * shm_open/mmap errno. */
+ * shm_open/mmap errno. Each rank registers its process for membarrier's global
+ * expedited command; when every rank could, the calls publish with plain stores and a
+ * rank about to sleep pays for the fence instead (see wait.h).
+ * LOCKSTEP_NO_MEMBARRIER=1 keeps a rank out, and with it every rank of the
+ * communicator. */
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *params);
 
 /* Leave: unmap. NULL is a no-op. */
@@ -204,17 +208,22 @@ int lockstep_comm_reduce_scatter(lockstep_comm_t *comm, const void *send, void *
 /* recv[k * bytes .. (k+1) * bytes) = rank k's send[rank * bytes .. (rank+1) * bytes):
  * send and recv hold size blocks of bytes, block d of send for rank d (MPI_Alltoall).
  * send and recv must not overlap. Zero-copy when both lie in the buffer on every rank;
- * otherwise blocks of 32 KiB or more are read from the peers' memory in one copy
- * (process_vm_readv: same user, where the system allows it; set LOCKSTEP_NO_CMA=1 to
- * go through shared memory). Returns the codes allreduce returns, and -EIO when a
- * peer's send cannot be read (a bad pointer on that rank). */
+ * otherwise blocks of 512 KiB or more (128 KiB when ranks outnumber the CPUs) are read
+ * from the peers' memory in one copy (process_vm_readv: same user, where the system
+ * allows it; set LOCKSTEP_NO_CMA=1 to go through shared memory). Returns the codes
+ * allreduce returns, and -EIO when a peer's send cannot be read (a bad pointer on that
+ * rank). */
 int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes);
 
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
+ * From 512 KiB, while ranks fit the CPUs and no pool or buffer is involved, each rank
+ * reads its part of the peers' sends and writes the result into their recvs in one
+ * copy (process_vm_readv/writev, as the all-to-all; LOCKSTEP_NO_CMA=1 turns it off).
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
  * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
- * peer's params.cancel asked). Broadcast, allgather and barrier return the same codes. */
+ * peer's params.cancel asked), -EIO (a peer's buffer could not be reached: a bad
+ * pointer on that rank). Broadcast, allgather and barrier return the same codes. */
 int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op);
 

@@ -80,13 +80,14 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
 }
 
 /* Single copy (every rank's c->cma, ranks that fit the CPUs, no pool, no shared
- * buffers, at least SINGLE_COPY_MIN bytes): as zero-copy, each rank reduces its 1/N of the elements over
- * every rank's send into every rank's recv, but through the kernel, from and to the
- * peers' private memory: process_vm_readv of its part of each peer's send into my
- * chunk slots (free: no peer reads them in this call, nor still from my last once all
- * have announced), the reduction into my recv, process_vm_writev of the result into
- * each peer's recv. Piece by piece, so that the pieces stay in the cache between the
- * three. One step ends the call, as zero-copy's. */
+ * buffers, at least SINGLE_COPY_MIN bytes): as zero-copy, each rank reduces its 1/N
+ * of the elements over every rank's send into every rank's recv, but through the
+ * kernel, from and to the peers' private memory: process_vm_readv of its part of
+ * each peer's send into my chunk slots (free: no peer reads them in this call, nor
+ * still from my last once all have announced), the reduction into my recv,
+ * process_vm_writev of the result into each peer's recv. Piece by piece, so that the
+ * pieces stay in the cache between the three. One step ends the call, as zero-copy's.
+ * Only rank me touches elements [lo, hi) of any rank's buffers, so in place is safe. */
 #define SINGLE_COPY_PIECE ((size_t)256 * 1024)
 /* 2 ranks, against the slots in the same processes (median of 9 paired batches, two
  * orders), with new data in send before every call: 64 KiB 1.34-1.41x the time, 256
@@ -101,7 +102,7 @@ static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *rec
 {
     int N = c->size, me = c->rank, rc;
     size_t lo = count * (size_t)me / (size_t)N, hi = count * (size_t)(me + 1) / (size_t)N;
-    size_t piece = 2 * c->hdr->chunk_bytes / (size_t)(N - 1);
+    size_t piece = 2 * c->hdr->chunk_bytes / (size_t)(N - 1); /* >= 8192 / 255 bytes */
     piece = (piece < SINGLE_COPY_PIECE ? piece : SINGLE_COPY_PIECE) / es;
     char *tmp = ls_chunk(c, me, 0), *out = recv; /* chunk slots 0 and 1 lie end to end */
     const void *in[LOCKSTEP_COMM_MAX_RANKS];

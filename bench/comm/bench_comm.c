@@ -20,7 +20,9 @@
  *                                this exchange is no floor.)
  *   reduce_scatter_<N>r       — f32 sum, lockstep_comm_reduce_scatter vs
  *                                MPI_Reduce_scatter_block; param: one rank's block
- *   alltoall_<N>r             — lockstep_comm_alltoall vs MPI_Alltoall; param: one block
+ *   alltoall_<N>r             — lockstep_comm_alltoall vs MPI_Alltoall; param: one block;
+ *   alltoall_fresh_<N>r         the same with new data written into send before each
+ *                                call (see bcast_fresh below)
  *   allreduce_paths_<N>r         — lockstep forced to one path (the switch point is
  *                                where these cross)
  *   allreduce_mpi_2nodes_<N>r    — lockstep_mpi with the ranks dealt into two emulated
@@ -179,10 +181,13 @@ static int do_reduce_scatter(void *p, int impl)
     return lockstep_comm_reduce_scatter(c->ls[0], c->a, c->b, n, LOCKSTEP_F32, LOCKSTEP_SUM);
 }
 
-/* impl 0 MPI_Alltoall, 1 lockstep_comm_alltoall: blocks of c->bytes (send c->a, recv c->b) */
+/* impl 0 MPI_Alltoall, 1 lockstep_comm_alltoall: blocks of c->bytes (send c->a, recv c->b);
+ * fresh: every rank writes new data into all of send first */
 static int do_alltoall(void *p, int impl)
 {
     struct ctx *c = p;
+    if (c->fresh)
+        memset(c->a, ++c->gen, c->bytes * (size_t)c->size);
     if (impl == 0)
         return MPI_Alltoall(c->a, (int)c->bytes, MPI_BYTE, c->b, (int)c->bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     return lockstep_comm_alltoall(c->ls[0], c->a, c->b, c->bytes);
@@ -374,6 +379,10 @@ int main(int argc, char **argv)
         run(rank, w, do_reduce_scatter, &c, rs_names, 2);
         snprintf(w, sizeof w, "alltoall_%dr", size);
         run(rank, w, do_alltoall, &c, rs_names, 2);
+        c.fresh = 1;
+        snprintf(w, sizeof w, "alltoall_fresh_%dr", size);
+        run(rank, w, do_alltoall, &c, rs_names, 2);
+        c.fresh = 0;
     }
 
     /* unchanged buffers: every order and transfer; fresh data: openmpi, linear and buffer */

@@ -69,41 +69,35 @@ static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *t
     return syscall(SYS_futex, word, op, val, ts, NULL, 0);
 }
 
-/* 1 when membarrier(PRIVATE_EXPEDITED) is registered for this process, -1 when it is
- * unavailable, 0 before the first try. */
-static int asym_state;
-
-static int asym_fences(void)
+/* Register this process, once, for membarrier's command cmd (with its registration
+ * command reg). *state caches the answer: 1 registered, -1 unavailable, 0 before the
+ * first try. */
+static int membarrier_registered(int *state, int cmd, int reg)
 {
-    int st = __atomic_load_n(&asym_state, __ATOMIC_ACQUIRE);
+    int st = __atomic_load_n(state, __ATOMIC_ACQUIRE);
     if (st == 0) {
         long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-        st = -1;
-        if (q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-            syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
-            st = 1;
-        __atomic_store_n(&asym_state, st, __ATOMIC_RELEASE);
+        st = q > 0 && (q & cmd) && syscall(SYS_membarrier, reg, 0, 0) == 0 ? 1 : -1;
+        __atomic_store_n(state, st, __ATOMIC_RELEASE);
     }
     return st > 0;
 }
 
-/* The same across processes: 1 when this process is registered for
- * membarrier(GLOBAL_EXPEDITED), which runs a full barrier on every CPU that runs a
- * thread of a registered process; -1 when it cannot be, 0 before the first try. */
-static int global_state;
+/* PRIVATE_EXPEDITED: a full barrier on every CPU that runs a thread of this process */
+static int asym_fences(void)
+{
+    static int state;
+    return membarrier_registered(&state, MEMBARRIER_CMD_PRIVATE_EXPEDITED,
+                                 MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+}
 
+/* The same across processes: GLOBAL_EXPEDITED runs a full barrier on every CPU that
+ * runs a thread of a registered process */
 int ls_wait_global_fences(void)
 {
-    int st = __atomic_load_n(&global_state, __ATOMIC_ACQUIRE);
-    if (st == 0) {
-        long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-        st = -1;
-        if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-            syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0)
-            st = 1;
-        __atomic_store_n(&global_state, st, __ATOMIC_RELEASE);
-    }
-    return st > 0;
+    static int state;
+    return membarrier_registered(&state, MEMBARRIER_CMD_GLOBAL_EXPEDITED,
+                                 MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
 
 /* ---- CPU budget ------------------------------------------------------------------ */

@@ -52,14 +52,6 @@ static void copy_in(lockstep_comm_t *c, const char *src, size_t n, size_t es, ch
  * median of 9 batches, both paths interleaved). */
 #define ZERO_COPY_MIN 1024
 
-/* After the announcement: how many ranks passed buffers (the same on every rank). */
-static int zero_copy_ranks(const lockstep_comm_t *c)
-{
-    int n = 0;
-    for (int k = 0; k < c->size; k++)
-        n += ls_zc_announced(c, k).send != LS_NO_OFFSET;
-    return n;
-}
 
 /* After the announcement: every rank reduces its 1/N from all sends into all recvs. */
 static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lockstep_dtype_t dtype,
@@ -187,7 +179,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
     if (rc)
         return rc;
-    int zc = zero_copy_ranks(c); /* ranks that passed buffers, as every rank sees it */
+    int zc = ls_zc_count(c); /* ranks that passed buffers, as every rank sees it */
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
     int cma = small ? 0 : ls_cma_count(c); /* ranks that may move data by single copy */

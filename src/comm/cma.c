@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -31,8 +30,7 @@ static struct ls_cma_posted posted(const lockstep_comm_t *c, int r, uint32_t s)
 
 void ls_comm_cma_init(lockstep_comm_t *c)
 {
-    const char *off = getenv("LOCKSTEP_NO_CMA");
-    c->cma = !(off && *off && strcmp(off, "0") != 0);
+    c->cma = !ls_env_set("LOCKSTEP_NO_CMA");
     size_t at = (size_t)((char *)&ls_ctl(c, 0)->own.pid - c->base);
     for (int r = 0; c->cma && r < c->size; r++) {
         if (r == c->rank)

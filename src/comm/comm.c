@@ -49,8 +49,13 @@
  * so every rank of its communicators). */
 static int global_fences_wanted(void)
 {
-    const char *off = getenv("LOCKSTEP_NO_MEMBARRIER");
-    return !(off && *off && strcmp(off, "0") != 0);
+    return !ls_env_set("LOCKSTEP_NO_MEMBARRIER");
+}
+
+int ls_env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
 }
 
 lockstep_comm_params_t lockstep_comm_params_default(void)
@@ -940,6 +945,14 @@ void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv)
     struct ls_zc_offsets o = {send, recv};
     c->zc = o;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data, &o, sizeof o);
+}
+
+int ls_zc_count(const lockstep_comm_t *c)
+{
+    int n = 0;
+    for (int k = 0; k < c->size; k++)
+        n += ls_zc_announced(c, k).send != LS_NO_OFFSET;
+    return n;
 }
 
 struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r)

@@ -199,6 +199,9 @@ static inline int ls_overlap(const void *a, const void *b, size_t n)
 }
 
 /* comm.c */
+/* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
+ * switches) */
+int ls_env_set(const char *name);
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);
 int ls_comm_fail(lockstep_comm_t *c, int code);
@@ -241,6 +244,9 @@ uint64_t ls_buffer_offset(const lockstep_comm_t *c, const void *p, size_t bytes)
 void ls_zc_post(lockstep_comm_t *c, uint64_t send, uint64_t recv);
 /* rank r's, for the call announced last */
 struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
+/* after the announcement: how many ranks posted a send in their buffer (the same on
+ * every rank; all of them: the call runs zero-copy) */
+int ls_zc_count(const lockstep_comm_t *c);
 
 /* Single copies between peers' private memory (process_vm_readv, process_vm_writev),
  * for large blocks that are not in the shared buffers. c->cma: this rank could read

@@ -124,10 +124,8 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         ls_cma_post(c, cma_try ? send : NULL, NULL);
     if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
         return rc;
-    int zc = 0, late; /* ranks with buffers; ranks that did not copy in before announcing */
-    for (int k = 0; k < N; k++)
-        zc += ls_zc_announced(c, k).send != LS_NO_OFFSET;
-    late = zc + (alltoall ? ls_cma_count(c) : 0);
+    int zc = ls_zc_count(c); /* ranks with buffers */
+    int late = zc + (alltoall ? ls_cma_count(c) : 0); /* ranks that did not copy in before announcing */
     uint64_t deadline = ls_comm_deadline(c);
 
     if (alltoall && zc == 0 && late == N) { /* single copy: my block from every send */

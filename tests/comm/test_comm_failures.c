@@ -343,8 +343,9 @@ static int disagree_body(int rank, int size, const char *job)
 }
 
 /* allreduce_small_bytes = 0: rank 0 picks the switch (32 KiB / (size - 1), at least
- * 512 B, while ranks fit the CPUs, 8 KiB when they outnumber them). A rank that names the same value joins; another
- * value is a mismatch; a rank that leaves it at 0 takes rank 0's choice. */
+ * 512 B, while ranks fit the CPUs, 8 KiB when they outnumber them). A rank that names
+ * the same value joins; another value is a mismatch; a rank that leaves it at 0 takes
+ * rank 0's choice. */
 /* 0: rank 1 names rank 0's choice; 1: another; 2: rank 0 names it; 3 and 4: rank 0 is
  * told that more processes than CPUs share them (cpu_sharers), so it picks the
  * oversubscribed switch, and rank 1 names that (3) or the other (4) */

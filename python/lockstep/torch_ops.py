@@ -8,10 +8,19 @@ the graph instead of breaking it.
     out = torch.ops.lockstep.all_gather(tensor, handle, -1)  # a new tensor: every rank's
                                                              # tensor, concatenated along
                                                              # that dim (as torch.cat)
+    part = torch.ops.lockstep.reduce_scatter(tensor, handle, "sum", 0)
+                    # tensor split along dim 0 into size equal parts; part r of the sum
+                    # of every rank's tensor, on rank r
+    out = torch.ops.lockstep.all_to_all(tensor, handle, 1, 0)
+                    # tensor split along dim 1 into size equal parts, part r sent to
+                    # rank r; the parts received, from rank 0 first, concatenated
+                    # along dim 0 (scatter and gather dims as in sequence parallelism;
+                    # 0, 0 is torch.distributed.all_to_all_single with equal splits)
 
-all_reduce_ and broadcast_ change their tensor in place and return nothing;
-all_gather takes any dtype and any layout (a non-contiguous input is copied first)
-and returns a new contiguous tensor. Their fake (meta) implementations only give the
+all_reduce_ and broadcast_ change their tensor in place and return nothing; the
+others return a new contiguous tensor. all_gather and all_to_all take any dtype;
+reduce_scatter the dtypes and ops of all_reduce_. All take any layout (a
+non-contiguous input is copied first). Their fake (meta) implementations only give the
 output's shape, which is all tracing needs. They have no backward: on a tensor that
 requires grad, call them under torch.no_grad() or torch.inference_mode().
 
@@ -65,14 +74,19 @@ def broadcast_(tensor, handle, root=0):
     _bump((tensor,))
 
 
+def _dim(tensor, dim, op, name="dim"):
+    """dim as a non-negative index into tensor's dimensions, checked"""
+    if tensor.dim() == 0:
+        raise ValueError(f"{op} needs a tensor of at least one dimension (use .reshape(1))")
+    if not -tensor.dim() <= dim < tensor.dim():
+        raise ValueError(f"{op}'s {name} must be from {-tensor.dim()} to {tensor.dim() - 1} for this "
+                         f"{tensor.dim()}-dimensional tensor, not {dim}")
+    return dim % tensor.dim()
+
+
 def _gather_shape(tensor, size, dim):
     """The output's shape, and dim as a non-negative index"""
-    if tensor.dim() == 0:
-        raise ValueError("all_gather needs a tensor of at least one dimension (use .reshape(1))")
-    if not -tensor.dim() <= dim < tensor.dim():
-        raise ValueError(f"dim must be from {-tensor.dim()} to {tensor.dim() - 1} for this "
-                         f"{tensor.dim()}-dimensional tensor, not {dim}")
-    dim %= tensor.dim()
+    dim = _dim(tensor, dim, "all_gather")
     shape = list(tensor.shape)
     shape[dim] *= size
     return shape, dim
@@ -88,6 +102,47 @@ def all_gather(tensor, handle, dim=0):
     return blocks.movedim(0, dim).reshape(shape)  # rank r's block at r * tensor.shape[dim], as cat
 
 
+def _split_shape(tensor, size, dim, op, name="dim"):
+    """tensor's shape with dim divided by size, and dim as a non-negative index"""
+    dim = _dim(tensor, dim, op, name)
+    shape = list(tensor.shape)
+    if shape[dim] % size:
+        raise ValueError(f"{op} splits dimension {dim} into {size} equal parts, one per rank, but it has "
+                         f"{shape[dim]} elements: pad it to a multiple of {size}")
+    shape[dim] //= size
+    return shape, dim
+
+
+def _parts(tensor, size, dim, part_shape):
+    """tensor split along dim into size parts, as one contiguous (size, *part_shape) tensor"""
+    split = list(tensor.shape[:dim]) + [size, part_shape[dim]] + list(tensor.shape[dim + 1:])
+    return tensor.reshape(split).movedim(dim, 0).contiguous()
+
+
+def reduce_scatter(tensor, handle, op="sum", dim=0):
+    comm = _comm(handle)
+    _no_grad(tensor, "reduce_scatter")
+    shape, dim = _split_shape(tensor, comm.size, dim, "reduce_scatter")
+    return comm.reduce_scatter(_parts(tensor, comm.size, dim, shape), op=op).view(shape)
+
+
+def _all_to_all_shape(tensor, size, scatter_dim, gather_dim):
+    shape, scatter_dim = _split_shape(tensor, size, scatter_dim, "all_to_all", "scatter_dim")
+    gather_dim = _dim(tensor, gather_dim, "all_to_all", "gather_dim")
+    shape[gather_dim] *= size
+    return shape, scatter_dim, gather_dim
+
+
+def all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
+    comm = _comm(handle)
+    _no_grad(tensor, "all_to_all")
+    shape, scatter_dim, gather_dim = _all_to_all_shape(tensor, comm.size, scatter_dim, gather_dim)
+    part = list(tensor.shape)
+    part[scatter_dim] //= comm.size
+    got = comm.alltoall(_parts(tensor, comm.size, scatter_dim, part))  # got[k]: rank k's part for me
+    return got.movedim(0, gather_dim).reshape(shape)  # as torch.cat(list(got), gather_dim)
+
+
 def _fake_in_place(tensor, handle, arg=None):
     return None
 
@@ -97,11 +152,25 @@ def _fake_gather(tensor, handle, dim=0):
     return tensor.new_empty(shape)
 
 
+def _fake_reduce_scatter(tensor, handle, op="sum", dim=0):
+    shape, _ = _split_shape(tensor, _comm(handle).size, dim, "reduce_scatter")
+    return tensor.new_empty(shape)
+
+
+def _fake_all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
+    shape, _, _ = _all_to_all_shape(tensor, _comm(handle).size, scatter_dim, gather_dim)
+    return tensor.new_empty(shape)
+
+
 _lib = torch.library.Library("lockstep", "DEF")
 _lib.define("all_reduce_(Tensor(a!) tensor, int handle, str op='sum') -> ()")
 _lib.define("broadcast_(Tensor(a!) tensor, int handle, int root=0) -> ()")
 _lib.define("all_gather(Tensor tensor, int handle, int dim=0) -> Tensor")
+_lib.define("reduce_scatter(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor")
+_lib.define("all_to_all(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor")
 for _name, _kernel, _fake in (("all_reduce_", all_reduce_, _fake_in_place), ("broadcast_", broadcast_, _fake_in_place),
-                              ("all_gather", all_gather, _fake_gather)):
+                              ("all_gather", all_gather, _fake_gather),
+                              ("reduce_scatter", reduce_scatter, _fake_reduce_scatter),
+                              ("all_to_all", all_to_all, _fake_all_to_all)):
     _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
     torch.library.register_fake("lockstep::" + _name, _fake, lib=_lib)

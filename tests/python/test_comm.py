@@ -670,6 +670,60 @@ def test_torch_broadcast_and_all_gather_ops():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_reduce_scatter_and_all_to_all_ops():
+    def body(rank, size, job):
+        import lockstep.torch_ops as lt
+        with lockstep.Comm(job, rank, size) as c:
+            h = lt.register(c)
+            base = torch.arange(6 * 4 * 5, dtype=torch.float32).reshape(6, 4, 5)
+            x = base * (rank + 1)
+            total = base * (size * (size + 1) // 2)
+            for dim in (0, -3):  # 6 rows, 2 per rank
+                out = torch.ops.lockstep.reduce_scatter(x, h, "sum", dim)
+                assert out.is_contiguous() and torch.equal(out, total[2 * rank:2 * rank + 2]), (dim, out)
+            xt = x.transpose(0, 2)  # non-contiguous, shape (5, 4, 6)
+            out = torch.ops.lockstep.reduce_scatter(xt, h, "max", 2)
+            assert out.is_contiguous() and torch.equal(out, (base * size).transpose(0, 2)[:, :, 2 * rank:2 * rank + 2])
+            for dt in (torch.float16, torch.bfloat16, torch.int32):
+                y = torch.full((size, 3), rank + 1, dtype=dt)
+                assert torch.ops.lockstep.reduce_scatter(y, h, "min").tolist() == [[1, 1, 1]]
+            assert torch.ops.lockstep.reduce_scatter(torch.empty(0, 2), h).shape == (0, 2)
+            with pytest.raises(TypeError, match="float64"):  # refused on every rank, before any call
+                torch.ops.lockstep.reduce_scatter(torch.zeros(size, dtype=torch.float64), h)
+            with pytest.raises(ValueError, match="op must be one of"):
+                torch.ops.lockstep.reduce_scatter(x, h, "prod")
+
+            # all_to_all: part r of dim scatter_dim to rank r; the parts received, by rank,
+            # concatenated along gather_dim; any dtype
+            def sent(r, t=False):  # what rank r holds, tagged by rank (t: transposed, a view)
+                a = torch.arange(36, dtype=torch.float64).reshape(6, 6) + 100 * r
+                return a.t() if t else a
+            for sd, gd, t in ((0, 0, False), (0, 1, False), (1, 0, False), (-1, -1, False), (1, 0, True)):
+                mine = sent(rank, t)
+                want = torch.cat([sent(k, t).narrow(sd, 2 * rank, 2) for k in range(size)], gd)
+                out = torch.ops.lockstep.all_to_all(mine, h, sd, gd)
+                assert out.is_contiguous() and torch.equal(out, want), (sd, gd, t, out)
+            bad = [(torch.tensor(1.0), (0, 0), "all_to_all needs a tensor of at least one dimension"),
+                   (mine, (2, 0), "scatter_dim must be from -2 to 1"),
+                   (mine, (0, -3), "gather_dim must be from -2 to 1"),
+                   (mine[:, :4], (1, 0), "all_to_all splits dimension 1 into 3 equal parts")]
+            for t, dims, msg in bad:
+                with pytest.raises(ValueError, match=msg):
+                    torch.ops.lockstep.all_to_all(t, h, *dims)
+            with pytest.raises(ValueError, match="reduce_scatter splits dimension 1 into 3 equal parts"):
+                torch.ops.lockstep.reduce_scatter(x, h, "sum", 1)
+            g = torch.ones(size, requires_grad=True)
+            for op in (torch.ops.lockstep.reduce_scatter, torch.ops.lockstep.all_to_all):
+                with pytest.raises(RuntimeError, match="no_grad"):
+                    op(g, h)
+            with torch.no_grad():
+                assert torch.ops.lockstep.reduce_scatter(g, h).tolist() == [float(size)]
+            lt.unregister(h)
+        return True
+    run_ranks(body, 3)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_custom_op_stays_in_the_compiled_graph():
     import lockstep.torch_ops as lt
     with lockstep.Comm(f"py-op-{os.getpid()}", 0, 1) as c:
@@ -682,11 +736,13 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
             y = x * 2
             torch.ops.lockstep.all_reduce_(y, h, "sum")
             torch.ops.lockstep.broadcast_(y, h, 0)
-            return torch.ops.lockstep.all_gather(y.reshape(2, 4), h, 1) + 1
+            z = torch.ops.lockstep.all_gather(y.reshape(2, 4), h, 1)
+            z = torch.ops.lockstep.reduce_scatter(z, h, "sum", 1)
+            return torch.ops.lockstep.all_to_all(z, h, 0, 1) + 1
 
         out, targets = compile_capturing(f, torch.ones(8))
         assert out.shape == (2, 4) and out.flatten().tolist() == [3.0] * 8
-        for name in ("all_reduce_", "broadcast_", "all_gather"):
+        for name in ("all_reduce_", "broadcast_", "all_gather", "reduce_scatter", "all_to_all"):
             assert any("lockstep." + name in t for t in targets), (name, targets)
         with pytest.raises(ValueError, match="register"):
             torch.ops.lockstep.all_reduce_(t, 12345, "sum")

@@ -33,8 +33,13 @@ each call does:
     (agreed on by every rank: checked, ValueError) pad every block to the largest.
     Within one host only.
 
-No point-to-point (send, recv), and no all_to_all across hosts: those raise
-NotImplementedError (use a gloo group for them); CUDA tensors raise ValueError.
+  send, recv (isend, irecv, batch_isend_irecv; recv from any source): through a gloo
+    group over the same ranks that every lockstep group makes for them (full-mesh TCP
+    connections, made once at creation), with gloo's semantics, timeouts and errors.
+    pg_options=Options(point_to_point=False) skips it; send and recv then raise
+    NotImplementedError.
+
+No all_to_all across hosts (NotImplementedError); CUDA tensors raise ValueError.
 torch.compile turns dist.* calls into torch's functional collectives
 (torch.distributed._functional_collectives), which run here too.
 
@@ -114,10 +119,11 @@ class LockstepGroup(dist.ProcessGroup):
     """A process group whose collectives run on a lockstep.Comm (see the module docstring).
     Made by dist.init_process_group / dist.new_group with backend="lockstep"."""
 
-    def __init__(self, comm, rank, size):
+    def __init__(self, comm, rank, size, p2p=None):
         super().__init__(rank, size)
         self.comm = comm
         self._me, self._n = rank, size  # self.rank() and self.size() cost 0.9 us each
+        self._p2p = p2p  # gloo over the same ranks, for send and recv; None without
 
     def getBackendName(self):
         return "lockstep"
@@ -381,14 +387,21 @@ class LockstepGroup(dist.ProcessGroup):
         raise NotImplementedError(f"the lockstep back end has no {what}; run it on a group of another "
                                   f"back end, e.g. dist.new_group(backend=\"gloo\")")
 
-    def send(self, *a):
-        self._none("send")
+    # ---- point to point: gloo's -------------------------------------------------------
 
-    def recv(self, *a):
-        self._none("recv")
+    def _peers(self, what):
+        if self._p2p is None:
+            self._none(f"{what} in a group made with Options(point_to_point=False)")
+        return self._p2p
 
-    def recv_anysource(self, *a):
-        self._none("recv")
+    def send(self, tensors, dst, tag):
+        return self._peers("send").send([_cpu(t) for t in tensors], dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._peers("recv").recv([_cpu(t) for t in tensors], src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        return self._peers("recv").recv_anysource([_cpu(t) for t in tensors], tag)
 
     def monitored_barrier(self, *a, **k):
         self._none("monitored_barrier (use barrier)")
@@ -397,9 +410,11 @@ class LockstepGroup(dist.ProcessGroup):
 
     def shutdown(self):
         self.comm.close()
+        self._p2p = None
 
     def abort(self):
         self.comm.close()
+        self._p2p = None
 
 
 class _Hosts(LockstepGroup):
@@ -407,8 +422,8 @@ class _Hosts(LockstepGroup):
     host's Comm, between the hosts' leaders (local rank 0) on gloo, and again on this
     host's Comm."""
 
-    def __init__(self, comm, rank, size, hosts, gloo):
-        super().__init__(comm, rank, size)
+    def __init__(self, comm, rank, size, hosts, gloo, p2p):
+        super().__init__(comm, rank, size, p2p)
         self._host_of = hosts  # rank -> host index
         self._local = [[r for r in range(size) if hosts[r] == h] for h in range(max(hosts) + 1)]
         self._gloo = gloo  # the leaders' group, None on the other ranks
@@ -481,24 +496,29 @@ def _host():
 
 
 class Options:
-    """Settings for the lockstep.Comm behind a group, given as pg_options to
-    dist.init_process_group or dist.new_group: buffer_bytes (zero-copy: all_reduce of
-    tensors from comm(group).buffer(...) skips the copies through shared memory),
+    """Settings for a lockstep group, given as pg_options to dist.init_process_group or
+    dist.new_group. For the lockstep.Comm behind it: buffer_bytes (zero-copy: all_reduce
+    of tensors from comm(group).buffer(...) skips the copies through shared memory),
     cpu_sharers, wait_policy, small_bytes, chunk_bytes, allreduce_small_bytes,
     broadcast_eager_bytes (broadcasts up to that size return on the root at once: see
-    lockstep.Comm), as lockstep.Comm takes them. The deadline is the group's timeout."""
+    lockstep.Comm), as lockstep.Comm takes them; the deadline is the group's timeout.
+    point_to_point=False: no gloo group for send and recv (which then raise)."""
 
     KEYS = ("buffer_bytes", "cpu_sharers", "wait_policy", "small_bytes", "chunk_bytes", "allreduce_small_bytes",
             "broadcast_eager_bytes")
 
-    def __init__(self, **comm_kwargs):
+    def __init__(self, point_to_point=True, **comm_kwargs):
         bad = sorted(set(comm_kwargs) - set(self.KEYS))
         if bad:
-            raise TypeError(f"lockstep.distributed.Options takes {', '.join(self.KEYS)}; not {', '.join(bad)}")
+            raise TypeError(f"lockstep.distributed.Options takes point_to_point, {', '.join(self.KEYS)}; "
+                            f"not {', '.join(bad)}")
+        self.point_to_point = bool(point_to_point)
         self.comm_kwargs = comm_kwargs
 
     def __repr__(self):
-        return f"Options({', '.join(f'{k}={v!r}' for k, v in self.comm_kwargs.items())})"
+        kw = ([] if self.point_to_point else ["point_to_point=False"]) + [f"{k}={v!r}" for k, v in
+                                                                           self.comm_kwargs.items()]
+        return f"Options({', '.join(kw)})"
 
 
 def _create(opts, options):
@@ -525,12 +545,19 @@ def _create(opts, options):
     job = store.get(f"{key}/job/{me}").decode()
     seconds = opts.timeout.total_seconds() if opts.timeout is not None else 0
     c = Comm(job, local.index(rank), len(local), timeout=seconds if seconds > 0 else None, **options.comm_kwargs)
+    p2p = None
+    if options.point_to_point:  # every rank of the group takes part in making it
+        try:
+            p2p = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/p2p/", store), rank, size, opts.timeout)
+        except BaseException:
+            c.close()
+            raise
     if len(order) == 1:
-        return LockstepGroup(c, rank, size)
+        return LockstepGroup(c, rank, size, p2p)
     gloo = None
     if local[0] == rank:
         gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/leaders/", store), me, len(order), opts.timeout)
-    return _Hosts(c, rank, size, hosts, gloo)
+    return _Hosts(c, rank, size, hosts, gloo, p2p)
 
 
 def comm(group=None):

@@ -242,8 +242,25 @@ def test_subgroups_errors_and_the_comm(tmp_path):
         with pytest.raises(ValueError, match="not a group of the lockstep back end"):
             ld.comm(gloo)
 
-        with pytest.raises(NotImplementedError, match="no send.*gloo"):
-            dist.send(torch.ones(1), (rank + 1) % size)
+        # point to point, through the group's gloo: blocking, async, batched, any source
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        got = torch.empty(3, dtype=torch.bfloat16)
+        sent = dist.isend(torch.full((3,), rank, dtype=torch.bfloat16), nxt)
+        dist.recv(got, prv)
+        sent.wait()
+        assert got.tolist() == [prv] * 3
+        ops = [dist.P2POp(dist.isend, torch.arange(4) + rank, prv), dist.P2POp(dist.irecv, got2 := torch.empty(4,
+               dtype=torch.int64), nxt)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert got2.tolist() == [nxt, nxt + 1, nxt + 2, nxt + 3]
+        if rank == 0:
+            froms = {dist.recv(t := torch.empty(1)) for _ in range(size - 1)}  # no src: any source
+            assert froms == set(range(1, size)), froms
+        else:
+            dist.send(torch.tensor([float(rank)]), 0, tag=0)
+        with pytest.raises(ValueError, match="CPU tensors; this one is on meta"):
+            dist.send(torch.empty(1, device="meta"), nxt)
         with pytest.raises(ValueError, match="CPU tensors; this one is on meta"):
             dist.all_reduce(torch.empty(2, device="meta"))
         with pytest.raises(ValueError, match="AVG needs a floating-point tensor"):
@@ -345,6 +362,13 @@ def test_groups_over_several_hosts(hosts, tmp_path):
         assert every == [{"rank": r} for r in range(size)]
         with pytest.raises(NotImplementedError, match="no all_to_all across hosts"):
             dist.all_to_all_single(torch.empty(size), torch.ones(size))
+        t = torch.empty(2)  # send and recv between any two ranks, on any hosts
+        if rank == 0:
+            for r in range(1, size):
+                dist.recv(t, r)
+                assert t.tolist() == [r, -r]
+        else:
+            dist.send(torch.tensor([rank, -rank], dtype=torch.float32), 0)
         return got
 
     got = run_ranks(in_group(fn, tmp_path, hosts=hosts), len(hosts))
@@ -432,7 +456,7 @@ def test_under_torchrun(tmp_path):
 
 def test_options_set_up_the_comm(tmp_path):
     import lockstep.distributed as ld
-    with pytest.raises(TypeError, match="takes buffer_bytes.*not colour"):
+    with pytest.raises(TypeError, match="takes point_to_point, buffer_bytes.*not colour"):
         ld.Options(colour="blue")
 
     def body(rank, size, job):
@@ -453,6 +477,10 @@ def test_options_set_up_the_comm(tmp_path):
             g = dist.new_group(backend="lockstep")  # no options: no buffer
             with pytest.raises(ValueError):
                 ld.comm(g).buffer((1,), torch.float32)
+            quiet = dist.new_group(backend="lockstep", pg_options=ld.Options(point_to_point=False))
+            with pytest.raises(NotImplementedError, match="no send in a group made with Options.point_to_point=False"):
+                dist.send(torch.ones(1), 1 - rank, group=quiet)
+            assert repr(ld.Options(point_to_point=False, buffer_bytes=4)) == "Options(point_to_point=False, buffer_bytes=4)"
         finally:
             dist.destroy_process_group()
         return True

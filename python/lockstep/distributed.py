@@ -545,19 +545,19 @@ def _create(opts, options):
     job = store.get(f"{key}/job/{me}").decode()
     seconds = opts.timeout.total_seconds() if opts.timeout is not None else 0
     c = Comm(job, local.index(rank), len(local), timeout=seconds if seconds > 0 else None, **options.comm_kwargs)
-    p2p = None
-    if options.point_to_point:  # every rank of the group takes part in making it
-        try:
+    try:  # the gloo groups: every rank of the group (of the leaders) takes part in making them
+        p2p = None
+        if options.point_to_point:
             p2p = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/p2p/", store), rank, size, opts.timeout)
-        except BaseException:
-            c.close()
-            raise
-    if len(order) == 1:
-        return LockstepGroup(c, rank, size, p2p)
-    gloo = None
-    if local[0] == rank:
-        gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/leaders/", store), me, len(order), opts.timeout)
-    return _Hosts(c, rank, size, hosts, gloo, p2p)
+        if len(order) == 1:
+            return LockstepGroup(c, rank, size, p2p)
+        gloo = None
+        if local[0] == rank:
+            gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/leaders/", store), me, len(order), opts.timeout)
+        return _Hosts(c, rank, size, hosts, gloo, p2p)
+    except BaseException:
+        c.close()  # not left open until the garbage collector finds it
+        raise
 
 
 def comm(group=None):

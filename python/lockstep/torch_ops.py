@@ -126,19 +126,20 @@ def reduce_scatter(tensor, handle, op="sum", dim=0):
     return comm.reduce_scatter(_parts(tensor, comm.size, dim, shape), op=op).view(shape)
 
 
-def _all_to_all_shape(tensor, size, scatter_dim, gather_dim):
-    shape, scatter_dim = _split_shape(tensor, size, scatter_dim, "all_to_all", "scatter_dim")
+def _all_to_all_shapes(tensor, size, scatter_dim, gather_dim):
+    """(one part's shape, the output's shape, scatter_dim, gather_dim), the dims
+    non-negative"""
+    part, scatter_dim = _split_shape(tensor, size, scatter_dim, "all_to_all", "scatter_dim")
     gather_dim = _dim(tensor, gather_dim, "all_to_all", "gather_dim")
+    shape = list(part)
     shape[gather_dim] *= size
-    return shape, scatter_dim, gather_dim
+    return part, shape, scatter_dim, gather_dim
 
 
 def all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
     comm = _comm(handle)
     _no_grad(tensor, "all_to_all")
-    shape, scatter_dim, gather_dim = _all_to_all_shape(tensor, comm.size, scatter_dim, gather_dim)
-    part = list(tensor.shape)
-    part[scatter_dim] //= comm.size
+    part, shape, scatter_dim, gather_dim = _all_to_all_shapes(tensor, comm.size, scatter_dim, gather_dim)
     got = comm.alltoall(_parts(tensor, comm.size, scatter_dim, part))  # got[k]: rank k's part for me
     return got.movedim(0, gather_dim).reshape(shape)  # as torch.cat(list(got), gather_dim)
 
@@ -158,7 +159,7 @@ def _fake_reduce_scatter(tensor, handle, op="sum", dim=0):
 
 
 def _fake_all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
-    shape, _, _ = _all_to_all_shape(tensor, _comm(handle).size, scatter_dim, gather_dim)
+    _, shape, _, _ = _all_to_all_shapes(tensor, _comm(handle).size, scatter_dim, gather_dim)
     return tensor.new_empty(shape)
 
 

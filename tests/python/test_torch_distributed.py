@@ -249,13 +249,13 @@ def test_subgroups_errors_and_the_comm(tmp_path):
         dist.recv(got, prv)
         sent.wait()
         assert got.tolist() == [prv] * 3
-        ops = [dist.P2POp(dist.isend, torch.arange(4) + rank, prv), dist.P2POp(dist.irecv, got2 := torch.empty(4,
-               dtype=torch.int64), nxt)]
+        got2 = torch.empty(4, dtype=torch.int64)
+        ops = [dist.P2POp(dist.isend, torch.arange(4) + rank, prv), dist.P2POp(dist.irecv, got2, nxt)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         assert got2.tolist() == [nxt, nxt + 1, nxt + 2, nxt + 3]
         if rank == 0:
-            froms = {dist.recv(t := torch.empty(1)) for _ in range(size - 1)}  # no src: any source
+            froms = {dist.recv(torch.empty(1)) for _ in range(size - 1)}  # no src: any source
             assert froms == set(range(1, size)), froms
         else:
             dist.send(torch.tensor([float(rank)]), 0, tag=0)

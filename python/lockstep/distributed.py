@@ -31,7 +31,7 @@ each call does:
 
   all_to_all, all_to_all_single: lockstep's all-to-all, any dtype; unequal split sizes
     (agreed on by every rank: checked, ValueError) pad every block to the largest.
-    Within one host only.
+    Across hosts: through the point-to-point gloo group below (gloo's speed).
 
   send, recv (isend, irecv, batch_isend_irecv; recv from any source): through a gloo
     group over the same ranks that every lockstep group makes for them (full-mesh TCP
@@ -39,7 +39,7 @@ each call does:
     pg_options=Options(point_to_point=False) skips it; send and recv then raise
     NotImplementedError.
 
-No all_to_all across hosts (NotImplementedError); CUDA tensors raise ValueError.
+CUDA tensors raise ValueError.
 torch.compile turns dist.* calls into torch's functional collectives
 (torch.distributed._functional_collectives), which run here too.
 
@@ -315,16 +315,26 @@ class LockstepGroup(dist.ProcessGroup):
 
     # ---- all-to-all -------------------------------------------------------------------
 
+    def _alltoall_equal(self, send, recv):
+        """block k of send (contiguous uint8) to rank k, block k of recv from rank k"""
+        self.comm.alltoall(send, recv)
+
+    def _check_splits(self, ins, outs):
+        """every rank's block sizes, (n, n): row r what rank r sends to each rank; the
+        same ValueError on every rank unless each send matches its receiver's expectation"""
+        n = self._n
+        sizes = torch.tensor([t.numel() for t in ins] + [t.numel() for t in outs], dtype=torch.int64)
+        every = self._allgather(sizes)  # (n, 2n): what each rank sends, and expects
+        if not torch.equal(every[:, :n], every[:, n:].t()):  # the same verdict on every rank
+            raise ValueError("all_to_all: the ranks' split sizes disagree (what rank r sends to rank k must be "
+                             "what rank k expects from rank r)")
+        return every[:, :n]
+
     def _alltoall_blocks(self, ins, outs):
         """ins[k] to rank k, outs[k] from rank k: contiguous uint8 tensors, sizes in
         any pattern the ranks agree on. Unequal blocks are padded to the largest."""
         n = self._n
-        sizes = torch.tensor([t.numel() for t in ins] + [t.numel() for t in outs], dtype=torch.int64)
-        every = self.comm.allgather(sizes)  # (n, 2n): what each rank sends, and expects
-        if not torch.equal(every[:, :n], every[:, n:].t()):  # the same verdict on every rank
-            raise ValueError("all_to_all: the ranks' split sizes disagree (what rank r sends to rank k must be "
-                             "what rank k expects from rank r)")
-        m = int(every[:, :n].max())
+        m = int(self._check_splits(ins, outs).max())
         send = torch.zeros((n, m), dtype=torch.uint8)
         for k, t in enumerate(ins):
             send[k, :t.numel()] = t
@@ -344,7 +354,7 @@ class LockstepGroup(dist.ProcessGroup):
                                  f"{tuple(output.shape)} {output.dtype}")
             src = input if input.is_contiguous() else input.contiguous()
             dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
-            self.comm.alltoall(_bytes(src), _bytes(dst))
+            self._alltoall_equal(_bytes(src), _bytes(dst))
             if dst is not output:
                 output.copy_(dst)
             return _done(output, opts)
@@ -430,14 +440,19 @@ class _Hosts(LockstepGroup):
 
     _native_reduce_scatter = False
 
-    def alltoall_base(self, *a):
-        self._none("all_to_all across hosts")
+    # all-to-all: every rank's blocks go straight to their ranks through the gloo group
+    # made for point to point, which spans every rank (no leaders' step would save a copy)
+    def _alltoall_equal(self, send, recv):
+        self._peers("all_to_all across hosts").alltoall_base(recv, send, [], []).wait()
 
-    def alltoall(self, *a):
-        self._none("all_to_all across hosts")
-
-    def all_to_all_single(self, *a):
-        self._none("all_to_all across hosts")
+    def _alltoall_blocks(self, ins, outs):
+        self._check_splits(ins, outs)  # gloo would wait out its timeout instead
+        send = torch.cat(ins) if ins else torch.empty(0, dtype=torch.uint8)
+        recv = torch.empty(sum(t.numel() for t in outs), dtype=torch.uint8)
+        self._peers("all_to_all across hosts").alltoall_base(
+            recv, send, [t.numel() for t in outs], [t.numel() for t in ins]).wait()
+        for t, part in zip(outs, torch.split(recv, [t.numel() for t in outs])):
+            t.copy_(part)
 
     def _allreduce(self, t, name):
         self.comm.allreduce(t, name)

@@ -285,50 +285,53 @@ def test_subgroups_errors_and_the_comm(tmp_path):
     assert not segments()
 
 
+def all_to_all_body(rank, size):
+    """every form of all-to-all: equal blocks, uneven splits, the list form, a large
+    message, split sizes the ranks disagree on"""
+    # equal blocks, any dtype, into a contiguous and a strided output
+    inp = torch.arange(size * 2, dtype=torch.float64) + 100 * rank
+    want = torch.tensor([100 * k + 2 * rank + i for k in range(size) for i in range(2)], dtype=torch.float64)
+    out = torch.empty(size * 2, dtype=torch.float64)
+    dist.all_to_all_single(out, inp)
+    assert torch.equal(out, want)
+    base = torch.zeros(size * 2, 2, dtype=torch.float64)
+    dist.all_to_all_single(base[:, 0], inp)
+    assert torch.equal(base[:, 0], want) and (base[:, 1] == 0).all()
+    import torch.distributed._functional_collectives as fc  # what torch.compile runs
+    assert torch.equal(fc.wait_tensor(fc.all_to_all_single(inp, None, None, dist.group.WORLD)), want)
+    # uneven splits, as a mixture of experts sends: rank r gives rank k r + k + 1 rows
+    in_splits = [rank + k + 1 for k in range(size)]
+    out_splits = [k + rank + 1 for k in range(size)]
+    inp = torch.cat([torch.full((n, 3), float(10 * rank + k)) for k, n in enumerate(in_splits)])
+    out = torch.empty(sum(out_splits), 3)
+    dist.all_to_all_single(out, inp, out_splits, in_splits)
+    assert torch.equal(out, torch.cat([torch.full((n, 3), float(10 * k + rank)) for k, n in enumerate(out_splits)]))
+    # the list form, blocks of different sizes, 1 MiB blocks (chunked)
+    ins = [torch.full((k + 1,), rank * 10 + k, dtype=torch.int64) for k in range(size)]
+    outs = [torch.empty(rank + 1, dtype=torch.int64) for _ in range(size)]
+    dist.all_to_all(outs, ins)
+    assert all(torch.equal(outs[k], torch.full((rank + 1,), k * 10 + rank)) for k in range(size))
+    big = torch.arange(size * (1 << 18), dtype=torch.int32) + (rank << 24)
+    got = torch.empty_like(big)
+    dist.all_to_all_single(got, big)
+    blocks = got.view(size, -1)
+    assert all(torch.equal(blocks[k], torch.arange(rank << 18, (rank + 1) << 18, dtype=torch.int32) + (k << 24))
+               for k in range(size))
+    # split sizes the ranks disagree on: ValueError on every rank; the group still works
+    outs_wrong = [2] + [1] * (size - 1) if rank == 0 else [1] * size
+    with pytest.raises(ValueError, match="split sizes disagree"):
+        dist.all_to_all_single(torch.empty(sum(outs_wrong)), torch.ones(size), outs_wrong, [1] * size)
+    with pytest.raises(ValueError, match="must be %d numbers" % size):
+        dist.all_to_all_single(torch.empty(size), torch.ones(size), [1] * size, [size])
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == size
+    return True
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_all_to_all(size, tmp_path):
-    def fn(rank, size):
-        # equal blocks, any dtype, into a contiguous and a strided output
-        inp = torch.arange(size * 2, dtype=torch.float64) + 100 * rank
-        want = torch.tensor([100 * k + 2 * rank + i for k in range(size) for i in range(2)], dtype=torch.float64)
-        out = torch.empty(size * 2, dtype=torch.float64)
-        dist.all_to_all_single(out, inp)
-        assert torch.equal(out, want)
-        base = torch.zeros(size * 2, 2, dtype=torch.float64)
-        dist.all_to_all_single(base[:, 0], inp)
-        assert torch.equal(base[:, 0], want) and (base[:, 1] == 0).all()
-        import torch.distributed._functional_collectives as fc  # what torch.compile runs
-        assert torch.equal(fc.wait_tensor(fc.all_to_all_single(inp, None, None, dist.group.WORLD)), want)
-        # uneven splits, as a mixture of experts sends: rank r gives rank k r + k + 1 rows
-        in_splits = [rank + k + 1 for k in range(size)]
-        out_splits = [k + rank + 1 for k in range(size)]
-        inp = torch.cat([torch.full((n, 3), float(10 * rank + k)) for k, n in enumerate(in_splits)])
-        out = torch.empty(sum(out_splits), 3)
-        dist.all_to_all_single(out, inp, out_splits, in_splits)
-        assert torch.equal(out, torch.cat([torch.full((n, 3), float(10 * k + rank)) for k, n in enumerate(out_splits)]))
-        # the list form, blocks of different sizes, 1 MiB blocks (chunked)
-        ins = [torch.full((k + 1,), rank * 10 + k, dtype=torch.int64) for k in range(size)]
-        outs = [torch.empty(rank + 1, dtype=torch.int64) for _ in range(size)]
-        dist.all_to_all(outs, ins)
-        assert all(torch.equal(outs[k], torch.full((rank + 1,), k * 10 + rank)) for k in range(size))
-        big = torch.arange(size * (1 << 18), dtype=torch.int32) + (rank << 24)
-        got = torch.empty_like(big)
-        dist.all_to_all_single(got, big)
-        blocks = got.view(size, -1)
-        assert all(torch.equal(blocks[k], torch.arange(rank << 18, (rank + 1) << 18, dtype=torch.int32) + (k << 24))
-                   for k in range(size))
-        # split sizes the ranks disagree on: ValueError on every rank; the group still works
-        outs_wrong = [2] + [1] * (size - 1) if rank == 0 else [1] * size
-        with pytest.raises(ValueError, match="split sizes disagree"):
-            dist.all_to_all_single(torch.empty(sum(outs_wrong)), torch.ones(size), outs_wrong, [1] * size)
-        with pytest.raises(ValueError, match="must be %d numbers" % size):
-            dist.all_to_all_single(torch.empty(size), torch.ones(size), [1] * size, [size])
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        assert t.item() == size
-        return True
-
-    assert run_ranks(in_group(fn, tmp_path), size) == {r: True for r in range(size)}
+    assert run_ranks(in_group(all_to_all_body, tmp_path), size) == {r: True for r in range(size)}
     assert not segments()
 
 
@@ -360,8 +363,10 @@ def test_groups_over_several_hosts(hosts, tmp_path):
         every = [None] * size
         dist.all_gather_object(every, {"rank": rank})
         assert every == [{"rank": r} for r in range(size)]
-        with pytest.raises(NotImplementedError, match="no all_to_all across hosts"):
-            dist.all_to_all_single(torch.empty(size), torch.ones(size))
+        assert all_to_all_body(rank, size)  # through the point-to-point gloo group
+        quiet = dist.new_group(backend="lockstep", pg_options=ld.Options(point_to_point=False))
+        with pytest.raises(NotImplementedError, match="no all_to_all across hosts in a group made with Options"):
+            dist.all_to_all_single(torch.empty(size), torch.ones(size), group=quiet)
         t = torch.empty(2)  # send and recv between any two ranks, on any hosts
         if rank == 0:
             for r in range(1, size):

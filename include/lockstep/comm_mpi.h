@@ -3,8 +3,9 @@
  *
  * A lockstep_mpi_comm_t spans the processes of an MPI communicator. The ranks of each
  * node share one lockstep_comm_t (lockstep/comm.h); the lowest rank of each node is its
- * leader, and only the leaders talk MPI, with non-blocking collectives polled against
- * the same deadline as the node's waits. A call:
+ * leader, and only the leaders talk MPI (but in the all-to-all, where every rank does),
+ * with non-blocking collectives polled against the same deadline as the node's waits.
+ * A call:
  *
  *   allreduce  node allreduce; leaders reduce the node results to the first leader in
  *              node order (MPI_Ireduce with a non-commutative user op, so MPI keeps
@@ -16,10 +17,18 @@
  *              place; node broadcast of the whole result. lockstep allocates
  *              nothing for it per call.
  *   barrier    node barrier; leaders MPI_Ibarrier; node broadcast of the outcome.
+ *   reduce_scatter  node allreduce of the whole vector (into a scratch); leaders
+ *              MPI_Ireduce_scatter of it, each node's blocks (in node order) to its
+ *              leader, with the same non-commutative ops (past a piece: MPI_Ireduce
+ *              to each leader in turn); node broadcast of the node's blocks, each
+ *              rank keeping its own.
+ *   alltoall   every rank, not only leaders: MPI_Ialltoallv of the blocks to and
+ *              from the ranks of other nodes, and meanwhile the node's all-to-all of
+ *              the blocks inside it; a node allreduce of the worst outcome.
  *
  * Between leaders a message larger than params.piece_bytes goes in pieces, one MPI
- * call each (an allgather's piece k of every block at once), so no size is too large
- * for an MPI count.
+ * call each (an allgather's or all-to-all's piece k of every block at once), so no
+ * size is too large for an MPI count.
  *
  * After the leaders' step every leader broadcasts its outcome to its node first, so
  * that an MPI failure or timeout on a leader fails the call on its whole node at once
@@ -96,6 +105,17 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
  * recv + rank * bytes. */
 int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes);
 int lockstep_mpi_barrier(lockstep_mpi_comm_t *c);
+/* As lockstep_comm_reduce_scatter, over every rank of comm: send holds size blocks of
+ * count elements, block d for rank d; recv = block rank reduced over every rank. recv
+ * may be send + rank * count elements. Keeps a scratch of size * count elements (grown
+ * to the largest call, freed with the communicator); -ENOMEM on a rank that cannot
+ * grow it (its node then fails with -LOCKSTEP_EMISMATCH). */
+int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
+                                lockstep_dtype_t dtype, lockstep_op_t op);
+/* As lockstep_comm_alltoall, over every rank of comm (ranks of comm, blocks of bytes;
+ * send and recv must not overlap). When a node's ranks are not consecutive in comm,
+ * keeps a scratch of 2 * node size * bytes, as reduce-scatter does. */
+int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -20,10 +20,15 @@ struct lockstep_mpi_comm {
     int *node_of, *local_of;        /* per rank of all */
     int *node_first, *node_ranks;   /* per node: its first slot in node order, its size */
     int *counts, *displs;           /* per node, bytes, for the leaders' allgather in one call */
+    int *a2a_counts, *a2a_displs;   /* per rank, for the all-to-all between nodes: one block
+                                       to each rank of another node, none inside mine */
+    char *scratch;                  /* reduce-scatter's whole vector, all-to-all's node
+                                       blocks when out of rank order; grown to the most */
+    size_t scratch_bytes;           /* a call has needed */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
     unsigned char *cycle_head;      /* per slot, when not ordered: 1 at the lowest slot of
                                        each cycle of the permutation to rank order
-                                       (where to_rank_order starts it), 2 elsewhere */
+                                       (where reorder starts it), 2 elsewhere */
     uint64_t timeout_ns;
     size_t piece;                   /* params.piece_bytes, INT_MAX for 0 */
     int check_calls;                /* params.check_calls */
@@ -128,7 +133,7 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
 /* params.check_calls, on a leader: 0 when every leader names the same call, else
  * -LOCKSTEP_EMISMATCH. One MPI_MAX allreduce of each field and of its negation gives
  * every field's largest and smallest value at once. */
-enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER };
+enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
 
 static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, int root, size_t count)
 {
@@ -153,24 +158,57 @@ static int slot_of(const lockstep_mpi_comm_t *c, int r)
     return c->node_first[c->node_of[r]] + c->local_of[r];
 }
 
-/* The leaders' allgather result, from node order to rank order, in place: along each
- * cycle of the permutation, slot j takes the block from slot_of(j); a piece of the
- * cycle's first block at a time waits in a buffer on the stack. */
-static void to_rank_order(const lockstep_mpi_comm_t *c, char *out, size_t bytes)
+/* Blocks of bytes between node order (each node's ranks together, nodes in order) and
+ * rank order, in place, along each cycle of the permutation, a piece of a block at a
+ * time in buffers on the stack. to_rank: slot j takes the block from slot_of(j) (the
+ * leaders' allgather result); else the block at j goes to slot_of(j) (a vector whose
+ * blocks are in rank order, for the leaders' reduce-scatter). */
+static void reorder(const lockstep_mpi_comm_t *c, char *out, size_t bytes, int to_rank)
 {
-    unsigned char tmp[4096];
+    unsigned char tmp[2][4096];
     for (int h = 0; h < c->size; h++) {
         if (c->cycle_head[h] != 1 || slot_of(c, h) == h)
             continue;
-        for (size_t o = 0; o < bytes; o += sizeof tmp) {
-            size_t n = bytes - o < sizeof tmp ? bytes - o : sizeof tmp;
-            memcpy(tmp, out + (size_t)h * bytes + o, n);
-            int j = h;
-            for (int k = slot_of(c, j); k != h; j = k, k = slot_of(c, j))
-                memcpy(out + (size_t)j * bytes + o, out + (size_t)k * bytes + o, n);
-            memcpy(out + (size_t)j * bytes + o, tmp, n);
+        for (size_t o = 0; o < bytes; o += sizeof tmp[0]) {
+            size_t n = bytes - o < sizeof tmp[0] ? bytes - o : sizeof tmp[0];
+            memcpy(tmp[0], out + (size_t)h * bytes + o, n);
+            if (to_rank) {
+                int j = h;
+                for (int k = slot_of(c, j); k != h; j = k, k = slot_of(c, j))
+                    memcpy(out + (size_t)j * bytes + o, out + (size_t)k * bytes + o, n);
+                memcpy(out + (size_t)j * bytes + o, tmp[0], n);
+                continue;
+            }
+            int carry = 0; /* tmp[carry] holds the block on its way to slot_of(j) */
+            for (int j = slot_of(c, h);; j = slot_of(c, j)) {
+                memcpy(tmp[!carry], out + (size_t)j * bytes + o, n);
+                memcpy(out + (size_t)j * bytes + o, tmp[carry], n);
+                carry = !carry;
+                if (j == h)
+                    break;
+            }
         }
     }
+}
+
+/* At least bytes of c->scratch: 0 or -ENOMEM. */
+static int scratch(lockstep_mpi_comm_t *c, size_t bytes)
+{
+    if (bytes <= c->scratch_bytes)
+        return 0;
+    char *p = realloc(c->scratch, bytes);
+    if (!p)
+        return -ENOMEM;
+    c->scratch = p;
+    c->scratch_bytes = bytes;
+    return 0;
+}
+
+/* Do buffers [a, a + n) and [b, b + m) share a byte? */
+static int overlap(const void *a, size_t n, const void *b, size_t m)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return n && m && x < y + m && y < x + n;
 }
 
 /* ---- create / free ------------------------------------------------------------------ */
@@ -201,7 +239,9 @@ static void free_comm(lockstep_mpi_comm_t *c)
     free(c->node_first);
     free(c->node_ranks);
     free(c->counts);
+    free(c->a2a_counts);
     free(c->cycle_head);
+    free(c->scratch);
     free(c);
 }
 
@@ -269,8 +309,14 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
     c->node_ranks = calloc((size_t)c->nodes, sizeof(int));
     c->counts = calloc(2 * (size_t)c->nodes, sizeof(int));
     c->displs = c->counts ? c->counts + c->nodes : NULL;
-    if (!c->node_first || !c->node_ranks || !c->counts)
+    c->a2a_counts = calloc(2 * (size_t)c->size, sizeof(int));
+    c->a2a_displs = c->a2a_counts ? c->a2a_counts + c->size : NULL;
+    if (!c->node_first || !c->node_ranks || !c->counts || !c->a2a_counts)
         return -ENOMEM;
+    for (int r = 0; r < c->size; r++) {
+        c->a2a_counts[r] = c->node_of[r] != c->node_index;
+        c->a2a_displs[r] = r;
+    }
     for (int r = 0; r < c->size; r++)
         c->node_ranks[c->node_of[r]]++;
     for (int n = 1; n < c->nodes; n++)
@@ -486,7 +532,7 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
         if ((rc = leaders_agree(c, CALL_ALLGATHER, 0, 0, 0, bytes)) == 0)
             rc = leaders_allgather(c, out, bytes);
         if (!rc && !c->ordered && bytes)
-            to_rank_order(c, out, bytes);
+            reorder(c, out, bytes, 1);
     }
     if ((rc = share_outcome(c, rc)) != 0)
         return rc;
@@ -509,4 +555,162 @@ int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
         rc = mpi_wait(c, &req, MPI_Ibarrier(c->leaders, &req));
     }
     return share_outcome(c, rc);
+}
+
+/* The leaders' reduce-scatter of the node results in v (count elements per rank, the
+ * blocks in node order): node n's blocks, reduced over the nodes in node order, end at
+ * *out on its leader. In one call when v fits a piece (MPI_Reduce_scatter leaves the
+ * result at the start of v); else one reduction to each leader in turn, a piece at a
+ * time, each leaving its node's blocks in place. */
+static int leaders_reduce_scatter(lockstep_mpi_comm_t *c, char *v, size_t count, lockstep_dtype_t dtype,
+                                  lockstep_op_t op, char **out)
+{
+    size_t es = lockstep_dtype_size(dtype), per = c->piece / es ? c->piece / es : 1;
+    MPI_Datatype t = g_type[dtype];
+    MPI_Request req;
+    if (count * (size_t)c->size <= per) {
+        for (int n = 0; n < c->nodes; n++)
+            c->counts[n] = (int)((size_t)c->node_ranks[n] * count);
+        *out = v;
+        return mpi_wait(c, &req, MPI_Ireduce_scatter(MPI_IN_PLACE, v, c->counts, t, g_op[op], c->leaders, &req));
+    }
+    *out = v + (size_t)c->node_first[c->node_index] * count * es;
+    for (int n = 0; n < c->nodes; n++) {
+        char *at = v + (size_t)c->node_first[n] * count * es;
+        size_t len = (size_t)c->node_ranks[n] * count;
+        for (size_t off = 0; off < len; off += per) {
+            int k = (int)(len - off < per ? len - off : per);
+            int rc = n == c->node_index
+                         ? mpi_wait(c, &req, MPI_Ireduce(MPI_IN_PLACE, at + off * es, k, t, g_op[op], n, c->leaders, &req))
+                         : mpi_wait(c, &req, MPI_Ireduce(at + off * es, NULL, k, t, g_op[op], n, c->leaders, &req));
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
+                                lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    size_t es = lockstep_dtype_size(dtype);
+    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
+        count > SIZE_MAX / es / (size_t)c->size)
+        return -EINVAL;
+    size_t block = count * es, total = block * (size_t)c->size;
+    if (block && recv != (const char *)send + (size_t)c->rank * block && overlap(send, total, recv, block))
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    if (c->nodes == 1)
+        return fail(c, lockstep_comm_reduce_scatter(c->node, send, recv, count, dtype, op));
+    /* My node's sum of the whole vector, then the leaders reduce each node's blocks to
+     * its leader, which broadcasts them to its node. A rank without the memory for the
+     * vector names no count in the node's allreduce, so that its node fails at once
+     * (-LOCKSTEP_EMISMATCH there) instead of at the deadline. */
+    int nomem = scratch(c, total), rc;
+    rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : c->scratch, nomem ? 0 : count * (size_t)c->size,
+                                 dtype, op);
+    if (nomem)
+        rc = nomem;
+    if (ends_in_node(c, &rc))
+        return rc;
+    char *mine = c->scratch; /* where my node's blocks are, on every rank after the broadcast */
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_REDUCE_SCATTER, op, dtype, 0, count)) == 0) {
+        if (!c->ordered && block)
+            reorder(c, c->scratch, block, 0);
+        rc = leaders_reduce_scatter(c, c->scratch, count, dtype, op, &mine);
+    }
+    if ((rc = share_outcome(c, rc)) != 0)
+        return rc;
+    rc = lockstep_comm_broadcast(c->node, mine, block * (size_t)c->node_ranks[c->node_index], 0,
+                                 LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    if (!rc && block)
+        memcpy(recv, mine + (size_t)c->local * block, block);
+    return fail(c, rc);
+}
+
+/* The blocks between nodes: one MPI all-to-all over every rank, a block to and from
+ * each rank of the other nodes (none inside mine). Blocks past a piece go in rounds,
+ * round k moving piece k of each, described by a type of one piece whose extent is a
+ * whole block. Posted here, waited for by the caller. */
+static int post_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes, size_t off,
+                         MPI_Request *req)
+{
+    MPI_Datatype one, piece;
+    if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    int ok = MPI_Type_create_resized(one, 0, (MPI_Aint)bytes, &piece) == MPI_SUCCESS;
+    MPI_Type_free(&one);
+    if (ok && MPI_Type_commit(&piece) != MPI_SUCCESS) {
+        MPI_Type_free(&piece);
+        ok = 0;
+    }
+    if (!ok)
+        return -LOCKSTEP_EMPI;
+    int rc = MPI_Ialltoallv(send + off, c->a2a_counts, c->a2a_displs, piece, recv + off, c->a2a_counts,
+                            c->a2a_displs, piece, c->all, req);
+    MPI_Type_free(&piece); /* (a pending call keeps its own reference) */
+    return rc == MPI_SUCCESS ? 0 : -LOCKSTEP_EMPI;
+}
+
+/* My node's blocks (its ranks' blocks of send, in node order) through the node's
+ * all-to-all into recv, straight when the node's ranks are consecutive, else through
+ * the scratch. */
+static int node_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes)
+{
+    int L = c->local_size, first = c->rank - c->local;
+    if (!bytes)
+        return lockstep_comm_alltoall(c->node, send, recv, 0);
+    if (c->ordered)
+        return lockstep_comm_alltoall(c->node, send + (size_t)first * bytes, recv + (size_t)first * bytes, bytes);
+    int nomem = scratch(c, 2 * (size_t)L * bytes);
+    char *in = c->scratch, *out = c->scratch + (size_t)L * bytes;
+    if (nomem) { /* as in reduce-scatter: the node fails at once */
+        lockstep_comm_alltoall(c->node, NULL, NULL, 0);
+        return nomem;
+    }
+    for (int k = 0; k < c->size; k++)
+        if (c->node_of[k] == c->node_index)
+            memcpy(in + (size_t)c->local_of[k] * bytes, send + (size_t)k * bytes, bytes);
+    int rc = lockstep_comm_alltoall(c->node, in, out, bytes);
+    for (int k = 0; k < c->size && !rc; k++)
+        if (c->node_of[k] == c->node_index)
+            memcpy(recv + (size_t)k * bytes, out + (size_t)c->local_of[k] * bytes, bytes);
+    return rc;
+}
+
+int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    if (!c || (bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
+        return -EINVAL;
+    if (overlap(send, bytes * (size_t)c->size, recv, bytes * (size_t)c->size))
+        return -EINVAL;
+    if (c->broken)
+        return c->broken;
+    if (c->nodes == 1)
+        return fail(c, lockstep_comm_alltoall(c->node, send, recv, bytes));
+    int rc = 0;
+    if (c->check_calls) { /* before any rank posts its MPI call */
+        if (c->local == 0)
+            rc = leaders_agree(c, CALL_ALLTOALL, 0, 0, 0, bytes);
+        if ((rc = share_outcome(c, rc)) != 0)
+            return rc;
+    }
+    /* The MPI all-to-all's first round is posted, my node's blocks move, then every
+     * round is finished in turn. If the node's part fails, the request is abandoned
+     * (the communicator is broken). Every rank of the node then agrees on the worst
+     * outcome, so that all fail alike. */
+    MPI_Request req;
+    int mrc = bytes ? post_alltoall(c, send, recv, bytes, 0, &req) : 0;
+    int nrc = node_alltoall(c, send, recv, bytes);
+    if (bytes && !mrc && !nrc)
+        mrc = mpi_wait(c, &req, MPI_SUCCESS);
+    for (size_t off = c->piece; off < bytes && !mrc && !nrc; off += c->piece)
+        if ((mrc = post_alltoall(c, send, recv, bytes, off, &req)) == 0)
+            mrc = mpi_wait(c, &req, MPI_SUCCESS);
+    rc = nrc ? nrc : mrc;
+    int32_t worst = -rc, got = 0;
+    int arc = lockstep_comm_allreduce(c->node, &worst, &got, 1, LOCKSTEP_I32, LOCKSTEP_MAX);
+    return fail(c, arc ? arc : -got);
 }

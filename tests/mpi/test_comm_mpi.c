@@ -126,6 +126,64 @@ static void check_allgather(lockstep_mpi_comm_t *c, size_t bytes, int in_place)
     free(recv);
 }
 
+/* send holds N blocks of count elements; recv = block R reduced over the ranks, as
+ * the reference computes it; in place: recv is block R of send. */
+static void check_reduce_scatter(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, size_t count,
+                                 int in_place)
+{
+    size_t es = lockstep_dtype_size(dt), total = count * (size_t)N;
+    char *send = malloc(total * es + 1), *recv = malloc(count * es + 1), *want = malloc(count * es + 1);
+    CHECK(send && recv && want);
+    for (size_t i = 0; i < total; i++)
+        store(dt, send, i, value(R, i));
+    for (size_t i = 0; i < count; i++) {
+        size_t at = (size_t)R * count + i;
+        int acc = value(0, at);
+        for (int r = 1; r < N; r++) {
+            int v = value(r, at);
+            acc = op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+        }
+        store(dt, want, i, acc);
+    }
+    char *out = in_place ? send + (size_t)R * count * es : recv;
+    if (!in_place)
+        memset(recv, 0x5a, count * es);
+    int rc = lockstep_mpi_reduce_scatter(c, send, out, count, dt, op);
+    if (rc || (count && memcmp(out, want, count * es) != 0)) {
+        fprintf(stderr, "rank %d: reduce_scatter dtype %d op %d count %zu in_place %d: %s\n", R, dt, op, count,
+                in_place, rc ? lockstep_strerror(rc) : "wrong result");
+        exit(1);
+    }
+    free(send);
+    free(recv);
+    free(want);
+}
+
+/* Block k of my send is for rank k; block k of recv is rank k's block for me. */
+static unsigned char a2a_byte(int from, int to, size_t i)
+{
+    return (unsigned char)(i * 13 + (size_t)from * 101 + (size_t)to * 7);
+}
+
+static void check_alltoall(lockstep_mpi_comm_t *c, size_t bytes)
+{
+    unsigned char *send = malloc(bytes * (size_t)N + 1), *recv = malloc(bytes * (size_t)N + 1);
+    CHECK(send && recv);
+    for (int k = 0; k < N; k++)
+        for (size_t i = 0; i < bytes; i++)
+            send[(size_t)k * bytes + i] = a2a_byte(R, k, i);
+    memset(recv, 0xee, bytes * (size_t)N);
+    CHECK_EQ(lockstep_mpi_alltoall(c, send, recv, bytes), 0);
+    for (int k = 0; k < N; k++)
+        for (size_t i = 0; i < bytes; i++)
+            if (recv[(size_t)k * bytes + i] != a2a_byte(k, R, i)) {
+                fprintf(stderr, "rank %d: alltoall %zu B: rank %d's byte %zu wrong\n", R, bytes, k, i);
+                exit(1);
+            }
+    free(send);
+    free(recv);
+}
+
 /* Every collective, at counts and sizes up to most. */
 static void check_all(lockstep_mpi_comm_t *c, size_t most)
 {
@@ -135,6 +193,14 @@ static void check_all(lockstep_mpi_comm_t *c, size_t most)
             for (size_t k = 0; k < sizeof counts / sizeof *counts && counts[k] <= most; k++)
                 for (int ip = 0; ip < 2; ip++)
                     check_allreduce(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, counts[k], ip);
+    static const size_t rs_counts[] = {0, 1, 7, 129, 5000};
+    for (int dt = 0; dt < 4; dt++)
+        for (int op = 0; op < 3; op++)
+            for (size_t k = 0; k < sizeof rs_counts / sizeof *rs_counts && rs_counts[k] <= most; k++)
+                for (int ip = 0; ip < 2; ip++)
+                    check_reduce_scatter(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, rs_counts[k], ip);
+    if (most >= 70000)
+        check_reduce_scatter(c, LOCKSTEP_F32, LOCKSTEP_SUM, 70000, 0);
     check_identical(c, LOCKSTEP_F32, most < 100000 ? most : 100000);
     check_identical(c, LOCKSTEP_F16, most < 3001 ? most : 3001);
     static const size_t sizes[] = {0, 1, 100, 4096, 300000};
@@ -143,6 +209,7 @@ static void check_all(lockstep_mpi_comm_t *c, size_t most)
             check_broadcast(c, sizes[k], root);
         check_allgather(c, sizes[k], 0);
         check_allgather(c, sizes[k], 1);
+        check_alltoall(c, sizes[k]);
     }
     for (int i = 0; i < 5; i++)
         CHECK_EQ(lockstep_mpi_barrier(c), 0);
@@ -193,6 +260,16 @@ int main(int argc, char **argv)
     CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
     CHECK_EQ(lockstep_mpi_allgather(c, NULL, &f, 4), -EINVAL);
     CHECK_EQ(lockstep_mpi_barrier(NULL), -EINVAL);
+    float w[64] = {0};
+    CHECK_EQ(lockstep_mpi_reduce_scatter(NULL, w, w, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, 1, LOCKSTEP_F32, (lockstep_op_t)3), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, NULL, w, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL); /* not block R */
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, SIZE_MAX / 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_alltoall(NULL, w, w + 32, 1), -EINVAL);
+    CHECK_EQ(lockstep_mpi_alltoall(c, NULL, w, 1), -EINVAL);
+    CHECK_EQ(lockstep_mpi_alltoall(c, w, w, 1), -EINVAL); /* overlap */
+    CHECK_EQ(lockstep_mpi_alltoall(c, w, w + 32, SIZE_MAX / 2 + 1), -EINVAL);
     CHECK_EQ(lockstep_mpi_comm_nodes(NULL), -EINVAL);
     check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
     lockstep_mpi_comm_free(c);
@@ -223,7 +300,7 @@ int main(int argc, char **argv)
     CHECK(c != NULL);
     check_all(c, 5000);
     lockstep_mpi_comm_free(c);
-    for (int k = 0; k < 4 && want_nodes > 1; k++) {
+    for (int k = 0; k < 6 && want_nodes > 1; k++) {
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
         CHECK(c != NULL);
         int odd = R % want_nodes == 1; /* node 1 (nodes are dealt round-robin) */
@@ -234,6 +311,8 @@ int main(int argc, char **argv)
         case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MAX : LOCKSTEP_SUM); break;
         case 2: rc = lockstep_mpi_broadcast(c, v, 8, odd ? 1 : 0); break;
         case 3: rc = odd ? lockstep_mpi_barrier(c) : lockstep_mpi_allgather(c, v, v + 8, 4); break;
+        case 4: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 8 : 4); break;
+        case 5: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
         }
         if (rc != -LOCKSTEP_EMISMATCH)
             fprintf(stderr, "rank %d: check_calls case %d: got %s, want mismatch\n", R, k, lockstep_strerror(rc));

@@ -40,7 +40,12 @@
  * params.check_calls, at one more small MPI allreduce per call), and a
  * node whose leader never reaches MPI makes the other leaders wait out their deadline
  * (-ETIMEDOUT); the pending MPI request is then abandoned, and the communicator is
- * broken (free it; later calls return the same error).
+ * broken (free it; later calls return the same error). MPI cannot cancel a collective,
+ * so an abandoned request may still read or write its buffers until MPI_Finalize:
+ * reduce_scatter and alltoall give MPI only lockstep's own scratch (which a broken
+ * communicator never frees), but allreduce, broadcast and allgather give it the
+ * caller's recv or buf: after -ETIMEDOUT or -ECANCELED from one of those, keep that
+ * buffer allocated until MPI_Finalize.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */
@@ -113,8 +118,9 @@ int lockstep_mpi_barrier(lockstep_mpi_comm_t *c);
 int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
                                 lockstep_dtype_t dtype, lockstep_op_t op);
 /* As lockstep_comm_alltoall, over every rank of comm (ranks of comm, blocks of bytes;
- * send and recv must not overlap). When a node's ranks are not consecutive in comm,
- * keeps a scratch of 2 * node size * bytes, as reduce-scatter does. */
+ * send and recv must not overlap). Keeps a scratch, as reduce-scatter does, of 2 *
+ * size * bytes (MPI moves the blocks between copies of them there), and 2 * node size
+ * * bytes more when a node's ranks are not consecutive in comm. */
 int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes);
 
 #ifdef __cplusplus

@@ -225,8 +225,10 @@ static void free_comm(lockstep_mpi_comm_t *c)
 {
     if (c->node)
         lockstep_comm_free(c->node);
-    /* after a failure a leader may have an abandoned request on these: keep them */
+    /* after a failure a rank may have an abandoned request on these, and on the
+     * scratch: keep them */
     if (!c->broken) {
+        free(c->scratch);
         if (c->leaders != MPI_COMM_NULL)
             MPI_Comm_free(&c->leaders);
         if (c->node_mpi != MPI_COMM_NULL)
@@ -241,7 +243,6 @@ static void free_comm(lockstep_mpi_comm_t *c)
     free(c->counts);
     free(c->a2a_counts);
     free(c->cycle_head);
-    free(c->scratch);
     free(c);
 }
 
@@ -656,20 +657,15 @@ static int post_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, s
 
 /* My node's blocks (its ranks' blocks of send, in node order) through the node's
  * all-to-all into recv, straight when the node's ranks are consecutive, else through
- * the scratch. */
-static int node_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes)
+ * tmp (2 * node size * bytes). */
+static int node_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes, char *tmp)
 {
     int L = c->local_size, first = c->rank - c->local;
     if (!bytes)
         return lockstep_comm_alltoall(c->node, send, recv, 0);
     if (c->ordered)
         return lockstep_comm_alltoall(c->node, send + (size_t)first * bytes, recv + (size_t)first * bytes, bytes);
-    int nomem = scratch(c, 2 * (size_t)L * bytes);
-    char *in = c->scratch, *out = c->scratch + (size_t)L * bytes;
-    if (nomem) { /* as in reduce-scatter: the node fails at once */
-        lockstep_comm_alltoall(c->node, NULL, NULL, 0);
-        return nomem;
-    }
+    char *in = tmp, *out = tmp + (size_t)L * bytes;
     for (int k = 0; k < c->size; k++)
         if (c->node_of[k] == c->node_index)
             memcpy(in + (size_t)c->local_of[k] * bytes, send + (size_t)k * bytes, bytes);
@@ -678,6 +674,14 @@ static int node_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, s
         if (c->node_of[k] == c->node_index)
             memcpy(recv + (size_t)k * bytes, out + (size_t)c->local_of[k] * bytes, bytes);
     return rc;
+}
+
+/* Copy the blocks of the ranks of other nodes from one image of size blocks to another. */
+static void copy_remote(const lockstep_mpi_comm_t *c, char *to, const char *from, size_t bytes)
+{
+    for (int k = 0; k < c->size; k++)
+        if (c->a2a_counts[k])
+            memcpy(to + (size_t)k * bytes, from + (size_t)k * bytes, bytes);
 }
 
 int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
@@ -697,19 +701,34 @@ int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, 
         if ((rc = share_outcome(c, rc)) != 0)
             return rc;
     }
+    /* MPI moves the blocks between images in the scratch, not the caller's buffers: a
+     * request abandoned after a failure may still read or write them (the scratch of
+     * a broken communicator is never freed). A rank without the memory names no size
+     * in the node's all-to-all, so that its node fails at once. */
+    size_t img = (size_t)c->size * bytes;
+    int nomem = scratch(c, 2 * img + (c->ordered ? 0 : 2 * (size_t)c->local_size * bytes));
+    if (nomem) {
+        lockstep_comm_alltoall(c->node, NULL, NULL, 0);
+        return fail(c, nomem);
+    }
+    char *out = bytes ? c->scratch : NULL, *in = bytes ? c->scratch + img : NULL;
+    if (bytes)
+        copy_remote(c, out, send, bytes);
     /* The MPI all-to-all's first round is posted, my node's blocks move, then every
      * round is finished in turn. If the node's part fails, the request is abandoned
      * (the communicator is broken). Every rank of the node then agrees on the worst
      * outcome, so that all fail alike. */
     MPI_Request req;
-    int mrc = bytes ? post_alltoall(c, send, recv, bytes, 0, &req) : 0;
-    int nrc = node_alltoall(c, send, recv, bytes);
+    int mrc = bytes ? post_alltoall(c, out, in, bytes, 0, &req) : 0;
+    int nrc = node_alltoall(c, send, recv, bytes, bytes ? c->scratch + 2 * img : NULL);
     if (bytes && !mrc && !nrc)
         mrc = mpi_wait(c, &req, MPI_SUCCESS);
     for (size_t off = c->piece; off < bytes && !mrc && !nrc; off += c->piece)
-        if ((mrc = post_alltoall(c, send, recv, bytes, off, &req)) == 0)
+        if ((mrc = post_alltoall(c, out, in, bytes, off, &req)) == 0)
             mrc = mpi_wait(c, &req, MPI_SUCCESS);
     rc = nrc ? nrc : mrc;
+    if (!rc && bytes)
+        copy_remote(c, recv, in, bytes);
     int32_t worst = -rc, got = 0;
     int arc = lockstep_comm_allreduce(c->node, &worst, &got, 1, LOCKSTEP_I32, LOCKSTEP_MAX);
     return fail(c, arc ? arc : -got);

@@ -341,6 +341,20 @@ int main(int argc, char **argv)
     }
     lockstep_mpi_comm_free(c);
 
+    /* The same in the all-to-all, where every rank waits in MPI: the victim's node
+     * waits for it inside the node, the other nodes in MPI; all time out. */
+    c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+    CHECK(c != NULL);
+    unsigned char *blocks = calloc(2 * (size_t)N, 64);
+    CHECK(blocks != NULL);
+    CHECK_EQ(lockstep_mpi_alltoall(c, blocks, blocks + (size_t)N * 64, 64), 0);
+    if (R != victim) {
+        CHECK_EQ(lockstep_mpi_alltoall(c, blocks, blocks + (size_t)N * 64, 64), -ETIMEDOUT);
+        CHECK_EQ(lockstep_mpi_alltoall(c, blocks, blocks + (size_t)N * 64, 64), -ETIMEDOUT);
+    }
+    lockstep_mpi_comm_free(c);
+    free(blocks);
+
     CHECK_EQ(MPI_Finalize(), MPI_SUCCESS);
     return 0;
 }

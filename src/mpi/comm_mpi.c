@@ -22,8 +22,9 @@ struct lockstep_mpi_comm {
     int *counts, *displs;           /* per node, bytes, for the leaders' allgather in one call */
     int *a2a_counts, *a2a_displs;   /* per rank, for the all-to-all between nodes: one block
                                        to each rank of another node, none inside mine */
-    char *scratch;                  /* reduce-scatter's whole vector, all-to-all's node
-                                       blocks when out of rank order; grown to the most */
+    char *scratch;                  /* reduce-scatter's whole vector, all-to-all's copies
+                                       of send and recv (and of the node's blocks when
+                                       out of rank order); grown to the most */
     size_t scratch_bytes;           /* a call has needed */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
     unsigned char *cycle_head;      /* per slot, when not ordered: 1 at the lowest slot of
@@ -472,6 +473,22 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
     return fail(c, lockstep_comm_broadcast(c->node, buf, bytes, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
 }
 
+/* One piece of a block (from off, at most c->piece bytes) with the extent of the whole
+ * block, for calls that move piece k of every block at once: 0 or -LOCKSTEP_EMPI. */
+static int piece_type(const lockstep_mpi_comm_t *c, size_t bytes, size_t off, MPI_Datatype *piece)
+{
+    MPI_Datatype one;
+    if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
+        return -LOCKSTEP_EMPI;
+    int ok = MPI_Type_create_resized(one, 0, (MPI_Aint)bytes, piece) == MPI_SUCCESS;
+    MPI_Type_free(&one);
+    if (ok && MPI_Type_commit(piece) != MPI_SUCCESS) {
+        MPI_Type_free(piece);
+        ok = 0;
+    }
+    return ok ? 0 : -LOCKSTEP_EMPI;
+}
+
 /* The leaders' allgather of the node blocks into out, in node order, each leader's
  * already in its place. In one MPI call (counts in bytes) when the whole result fits
  * a piece; else in rounds, round k moving piece k of every rank's block, described by
@@ -488,19 +505,12 @@ static int leaders_allgather(lockstep_mpi_comm_t *c, char *out, size_t bytes)
                                                  MPI_BYTE, c->leaders, &req));
     }
     for (size_t off = 0; off < bytes; off += c->piece) {
-        MPI_Datatype one, piece;
-        if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
-            return -LOCKSTEP_EMPI;
-        int ok = MPI_Type_create_resized(one, 0, (MPI_Aint)bytes, &piece) == MPI_SUCCESS;
-        MPI_Type_free(&one);
-        if (ok && MPI_Type_commit(&piece) != MPI_SUCCESS) {
-            MPI_Type_free(&piece);
-            ok = 0;
-        }
-        if (!ok)
-            return -LOCKSTEP_EMPI;
-        int rc = mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + off, c->node_ranks,
-                                                   c->node_first, piece, c->leaders, &req));
+        MPI_Datatype piece;
+        int rc = piece_type(c, bytes, off, &piece);
+        if (rc)
+            return rc;
+        rc = mpi_wait(c, &req, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + off, c->node_ranks,
+                                               c->node_first, piece, c->leaders, &req));
         MPI_Type_free(&piece); /* (a pending call keeps its own reference) */
         if (rc)
             return rc;
@@ -638,16 +648,8 @@ int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *
 static int post_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes, size_t off,
                          MPI_Request *req)
 {
-    MPI_Datatype one, piece;
-    if (MPI_Type_contiguous((int)(bytes - off < c->piece ? bytes - off : c->piece), MPI_BYTE, &one) != MPI_SUCCESS)
-        return -LOCKSTEP_EMPI;
-    int ok = MPI_Type_create_resized(one, 0, (MPI_Aint)bytes, &piece) == MPI_SUCCESS;
-    MPI_Type_free(&one);
-    if (ok && MPI_Type_commit(&piece) != MPI_SUCCESS) {
-        MPI_Type_free(&piece);
-        ok = 0;
-    }
-    if (!ok)
+    MPI_Datatype piece;
+    if (piece_type(c, bytes, off, &piece))
         return -LOCKSTEP_EMPI;
     int rc = MPI_Ialltoallv(send + off, c->a2a_counts, c->a2a_displs, piece, recv + off, c->a2a_counts,
                             c->a2a_displs, piece, c->all, req);

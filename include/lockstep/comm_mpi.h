@@ -14,8 +14,7 @@
  *              in the other nodes.
  *   allgather  node allgather into recv; leaders MPI_Iallgatherv of the node
  *              blocks, then (when nodes interleave in rank order) reorder them in
- *              place; node broadcast of the whole result. lockstep allocates
- *              nothing for it per call.
+ *              place; node broadcast of the whole result.
  *   barrier    node barrier; leaders MPI_Ibarrier; node broadcast of the outcome.
  *   reduce_scatter  node allreduce of the whole vector (into a scratch); leaders
  *              MPI_Ireduce_scatter of it, each node's blocks (in node order) to its
@@ -42,10 +41,11 @@
  * (-ETIMEDOUT); the pending MPI request is then abandoned, and the communicator is
  * broken (free it; later calls return the same error). MPI cannot cancel a collective,
  * so an abandoned request may still read or write its buffers until MPI_Finalize:
- * reduce_scatter and alltoall give MPI only lockstep's own scratch (which a broken
- * communicator never frees), but allreduce, broadcast and allgather give it the
- * caller's recv or buf: after -ETIMEDOUT or -ECANCELED from one of those, keep that
- * buffer allocated until MPI_Finalize.
+ * MPI is never given the caller's buffers, only copies in a scratch the communicator
+ * keeps (grown to the largest call: on leaders the message, size * bytes for
+ * allgather; see reduce_scatter and alltoall), which a broken communicator never
+ * frees, nor the arrays MPI reads. Without the memory for it a leader fails its node
+ * with -ENOMEM, and the other leaders wait out their deadline.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */

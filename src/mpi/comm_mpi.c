@@ -26,6 +26,7 @@ struct lockstep_mpi_comm {
                                        of send and recv (and of the node's blocks when
                                        out of rank order); grown to the most */
     size_t scratch_bytes;           /* a call has needed */
+    int64_t *agree;                 /* leaders_agree's fields and result (AGREE_WORDS) */
     int ordered;                    /* node blocks lie in rank order (rank r at slot r) */
     unsigned char *cycle_head;      /* per slot, when not ordered: 1 at the lowest slot of
                                        each cycle of the permutation to rank order
@@ -135,15 +136,20 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
  * -LOCKSTEP_EMISMATCH. One MPI_MAX allreduce of each field and of its negation gives
  * every field's largest and smallest value at once. */
 enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
+enum { AGREE_FIELDS = 5, AGREE_WORDS = 4 * AGREE_FIELDS };
 
 static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, int root, size_t count)
 {
     if (!c->check_calls)
         return 0;
-    enum { F = 5 };
-    int64_t v[2 * F] = {call, op, dtype, root, (int64_t)count}, got[2 * F];
-    for (int k = 0; k < F; k++)
-        v[F + k] = -v[k];
+    enum { F = AGREE_FIELDS };
+    /* in c->agree, not on the stack: see lockstep_mpi_allreduce */
+    int64_t *v = c->agree, *got = c->agree + 2 * F;
+    int64_t fields[F] = {call, op, dtype, root, (int64_t)count};
+    for (int k = 0; k < F; k++) {
+        v[k] = fields[k];
+        v[F + k] = -fields[k];
+    }
     MPI_Request req;
     int rc = mpi_wait(c, &req, MPI_Iallreduce(v, got, 2 * F, MPI_INT64_T, MPI_MAX, c->leaders, &req));
     for (int k = 0; k < F && !rc; k++)
@@ -226,10 +232,17 @@ static void free_comm(lockstep_mpi_comm_t *c)
 {
     if (c->node)
         lockstep_comm_free(c->node);
-    /* after a failure a rank may have an abandoned request on these, and on the
-     * scratch: keep them */
+    /* After a failure a rank may have an abandoned request (MPI cannot cancel a
+     * collective) on the communicators, the buffers it was given (the scratch, agree)
+     * and the count and displacement arrays, which MPI may read until the request
+     * ends: those are kept, never freed. */
     if (!c->broken) {
         free(c->scratch);
+        free(c->agree);
+        free(c->node_first);
+        free(c->node_ranks);
+        free(c->counts);
+        free(c->a2a_counts);
         if (c->leaders != MPI_COMM_NULL)
             MPI_Comm_free(&c->leaders);
         if (c->node_mpi != MPI_COMM_NULL)
@@ -239,10 +252,6 @@ static void free_comm(lockstep_mpi_comm_t *c)
     }
     free(c->node_of);
     free(c->local_of);
-    free(c->node_first);
-    free(c->node_ranks);
-    free(c->counts);
-    free(c->a2a_counts);
     free(c->cycle_head);
     free(c);
 }
@@ -313,7 +322,8 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
     c->displs = c->counts ? c->counts + c->nodes : NULL;
     c->a2a_counts = calloc(2 * (size_t)c->size, sizeof(int));
     c->a2a_displs = c->a2a_counts ? c->a2a_counts + c->size : NULL;
-    if (!c->node_first || !c->node_ranks || !c->counts || !c->a2a_counts)
+    c->agree = calloc(AGREE_WORDS, sizeof(int64_t));
+    if (!c->node_first || !c->node_ranks || !c->counts || !c->a2a_counts || !c->agree)
         return -ENOMEM;
     for (int r = 0; r < c->size; r++) {
         c->a2a_counts[r] = c->node_of[r] != c->node_index;
@@ -417,6 +427,17 @@ lockstep_comm_t *lockstep_mpi_comm_node(lockstep_mpi_comm_t *c) { return c ? c->
 
 /* ---- collectives -------------------------------------------------------------------- */
 
+/* The end of a call: the leader's result (bytes in its scratch) to buf on every rank
+ * of the node. */
+static int from_leader(lockstep_mpi_comm_t *c, void *buf, size_t bytes)
+{
+    int rc = lockstep_comm_broadcast(c->node, c->local == 0 ? c->scratch : buf, bytes, 0, LOCKSTEP_ORDER_LINEAR,
+                                     LOCKSTEP_PULL);
+    if (!rc && c->local == 0 && bytes)
+        memcpy(buf, c->scratch, bytes);
+    return fail(c, rc);
+}
+
 int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
                            lockstep_dtype_t dtype, lockstep_op_t op)
 {
@@ -427,12 +448,20 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
     int rc = lockstep_comm_allreduce(c->node, send, recv, count, dtype, op);
     if (ends_in_node(c, &rc))
         return rc;
-    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLREDUCE, op, dtype, 0, count)) == 0) {
-        size_t es = lockstep_dtype_size(dtype), per = c->piece / es ? c->piece / es : 1;
+    /* MPI works on a copy in the scratch, never on the caller's buffers, here and in
+     * every call: MPI cannot cancel a collective, so a request abandoned at the
+     * deadline may still read or write its buffers until MPI_Finalize (the scratch of
+     * a broken communicator is never freed). */
+    size_t es = lockstep_dtype_size(dtype), bytes = count * es;
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLREDUCE, op, dtype, 0, count)) == 0 &&
+        (rc = scratch(c, bytes)) == 0) {
+        size_t per = c->piece / es ? c->piece / es : 1;
         MPI_Datatype t = g_type[dtype];
+        if (bytes)
+            memcpy(c->scratch, recv, bytes);
         for (size_t off = 0; off < count && !rc; off += per) {
             int n = (int)(count - off < per ? count - off : per);
-            char *at = (char *)recv + off * es;
+            char *at = c->scratch + off * es;
             MPI_Request req;
             if (c->node_index == 0)
                 rc = mpi_wait(c, &req, MPI_Ireduce(MPI_IN_PLACE, at, n, t, g_op[op], 0, c->leaders, &req));
@@ -444,8 +473,7 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
     }
     if ((rc = share_outcome(c, rc)) != 0)
         return rc;
-    return fail(c, lockstep_comm_broadcast(c->node, recv, count * lockstep_dtype_size(dtype), 0,
-                                           LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+    return from_leader(c, recv, bytes);
 }
 
 int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root)
@@ -461,16 +489,17 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
         rc = lockstep_comm_broadcast(c->node, buf, bytes, c->local_of[root], LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc))
         return rc;
-    if (c->local == 0)
-        rc = leaders_agree(c, CALL_BROADCAST, 0, 0, root, bytes);
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_BROADCAST, 0, 0, root, bytes)) == 0 &&
+        (rc = scratch(c, bytes)) == 0 && c->node_index == rn && bytes)
+        memcpy(c->scratch, buf, bytes); /* (MPI gets the scratch: see lockstep_mpi_allreduce) */
     for (size_t off = 0; c->local == 0 && off < bytes && !rc; off += c->piece) {
         MPI_Request req;
         int n = (int)(bytes - off < c->piece ? bytes - off : c->piece);
-        rc = mpi_wait(c, &req, MPI_Ibcast((char *)buf + off, n, MPI_BYTE, rn, c->leaders, &req));
+        rc = mpi_wait(c, &req, MPI_Ibcast(c->scratch + off, n, MPI_BYTE, rn, c->leaders, &req));
     }
     if ((rc = share_outcome(c, rc)) != 0 || c->node_index == rn)
         return rc;
-    return fail(c, lockstep_comm_broadcast(c->node, buf, bytes, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+    return from_leader(c, buf, bytes);
 }
 
 /* One piece of a block (from off, at most c->piece bytes) with the extent of the whole
@@ -536,18 +565,18 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
     int rc = lockstep_comm_allgather(c->node, send, block, bytes, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc)) /* (one node is always in rank order) */
         return rc;
-    if (c->local == 0) {
-        if (bytes && !c->ordered) /* to the block's place in node order */
-            memmove(out + (size_t)c->node_first[c->node_index] * bytes, block,
-                    (size_t)c->node_ranks[c->node_index] * bytes);
-        if ((rc = leaders_agree(c, CALL_ALLGATHER, 0, 0, 0, bytes)) == 0)
-            rc = leaders_allgather(c, out, bytes);
-        if (!rc && !c->ordered && bytes)
-            reorder(c, out, bytes, 1);
+    /* the leaders' allgather in the scratch (see lockstep_mpi_allreduce), my node's
+     * block copied to its place in node order */
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLGATHER, 0, 0, 0, bytes)) == 0 &&
+        (rc = scratch(c, total)) == 0 && bytes) {
+        memcpy(c->scratch + (size_t)c->node_first[c->node_index] * bytes, block,
+               (size_t)c->node_ranks[c->node_index] * bytes);
+        if ((rc = leaders_allgather(c, c->scratch, bytes)) == 0 && !c->ordered)
+            reorder(c, c->scratch, bytes, 1);
     }
     if ((rc = share_outcome(c, rc)) != 0)
         return rc;
-    return fail(c, lockstep_comm_broadcast(c->node, out, total, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+    return from_leader(c, out, total);
 }
 
 int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)

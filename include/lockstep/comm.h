@@ -220,6 +220,9 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
  * From 512 KiB, while ranks fit the CPUs and no pool or buffer is involved, each rank
  * reads its part of the peers' sends and writes the result into their recvs in one
  * copy (process_vm_readv/writev, as the all-to-all; LOCKSTEP_NO_CMA=1 turns it off).
+ * A peer still inside such a call when this rank's fails (its deadline, say) checks
+ * for the failure before each piece it writes (256 KiB at most), so a piece already
+ * under way may still land in recv after the error.
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
  * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
  * peer's params.cancel asked), -EIO (a peer's buffer could not be reached: a bad

@@ -13,8 +13,8 @@
  *   broadcast  node broadcast in the root's node; leaders MPI_Ibcast; node broadcast
  *              in the other nodes.
  *   allgather  node allgather into recv; leaders MPI_Iallgatherv of the node
- *              blocks, then (when nodes interleave in rank order) reorder them in
- *              place; node broadcast of the whole result.
+ *              blocks (in the scratch, below), then (when nodes interleave in rank
+ *              order) reorder them in place; node broadcast of the whole result.
  *   barrier    node barrier; leaders MPI_Ibarrier; node broadcast of the outcome.
  *   reduce_scatter  node allreduce of the whole vector (into a scratch); leaders
  *              MPI_Ireduce_scatter of it, each node's blocks (in node order) to its

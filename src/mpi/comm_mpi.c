@@ -445,20 +445,25 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
         return -EINVAL;
     if (c->broken)
         return c->broken;
-    int rc = lockstep_comm_allreduce(c->node, send, recv, count, dtype, op);
-    if (ends_in_node(c, &rc))
-        return rc;
     /* MPI works on a copy in the scratch, never on the caller's buffers, here and in
      * every call: MPI cannot cancel a collective, so a request abandoned at the
      * deadline may still read or write its buffers until MPI_Finalize (the scratch of
-     * a broken communicator is never freed). */
-    size_t es = lockstep_dtype_size(dtype), bytes = count * es;
-    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLREDUCE, op, dtype, 0, count)) == 0 &&
-        (rc = scratch(c, bytes)) == 0) {
+     * a broken communicator is never freed). A leader's node allreduce goes straight
+     * into the scratch; one without the memory names no count in it, so that its node
+     * fails at once. */
+    size_t es = lockstep_dtype_size(dtype), bytes = es && count <= SIZE_MAX / es ? count * es : 0;
+    if ((count && (!send || !recv)) || (send != recv && overlap(send, bytes, recv, bytes)))
+        return -EINVAL; /* (the leader's node call does not see recv) */
+    int lead = c->local == 0 && c->nodes > 1, nomem = lead ? scratch(c, bytes) : 0;
+    int rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : lead ? c->scratch : recv, nomem ? 0 : count,
+                                     dtype, op);
+    if (nomem)
+        rc = nomem;
+    if (ends_in_node(c, &rc))
+        return rc;
+    if (c->local == 0 && (rc = leaders_agree(c, CALL_ALLREDUCE, op, dtype, 0, count)) == 0) {
         size_t per = c->piece / es ? c->piece / es : 1;
         MPI_Datatype t = g_type[dtype];
-        if (bytes)
-            memcpy(c->scratch, recv, bytes);
         for (size_t off = 0; off < count && !rc; off += per) {
             int n = (int)(count - off < per ? count - off : per);
             char *at = c->scratch + off * es;

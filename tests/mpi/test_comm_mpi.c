@@ -257,6 +257,9 @@ int main(int argc, char **argv)
     CHECK_EQ(lockstep_mpi_allreduce(NULL, &f, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
     CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
     CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, &f, NULL, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    float two[3];
+    CHECK_EQ(lockstep_mpi_allreduce(c, two, two + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL); /* overlap */
     CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, N), -EINVAL);
     CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
     CHECK_EQ(lockstep_mpi_allgather(c, NULL, &f, 4), -EINVAL);

@@ -31,6 +31,7 @@
 #include "lockstep/lockstep.h"
 #include "lockstep/comm.h"
 #include "../internal.h"
+#include "args.h"
 
 #define LS_COMM_MAGIC 0x6c73636du /* "lscm" */
 #define LS_LINE LOCKSTEP_CACHELINE
@@ -191,12 +192,6 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
     return c->base + c->hdr->off_buf + (size_t)r * c->hdr->buffer_bytes;
 }
 
-/* 1 when [a, a + n) and [b, b + n) share a byte */
-static inline int ls_overlap(const void *a, const void *b, size_t n)
-{
-    const char *x = a, *y = b;
-    return n && x < y + n && y < x + n;
-}
 
 /* comm.c */
 /* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*

@@ -188,14 +188,10 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
 int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *recv, size_t count,
                                  lockstep_dtype_t dtype, lockstep_op_t op)
 {
-    size_t es = lockstep_dtype_size(dtype);
-    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
-        count > SIZE_MAX / es / (size_t)c->size)
-        return -EINVAL;
-    size_t bytes = count * es, total = bytes * (size_t)c->size;
-    const char *s = send, *r = recv, *mine = s + (size_t)c->rank * bytes;
-    if (bytes && r != mine && r < s + total && s < r + bytes)
-        return -EINVAL; /* overlapping, and not the in-place layout (recv = my block) */
+    int rc = c ? ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size) : -EINVAL;
+    if (rc)
+        return rc;
+    size_t es = lockstep_dtype_size(dtype), bytes = count * es;
     if (c->size == 1)
         return ls_comm_alone(c, recv, send, bytes);
     struct xchg x = {LS_CALL_REDUCE_SCATTER, dtype, op, count, es};

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "lockstep/comm_mpi.h"
+#include "../comm/args.h"
 
 struct lockstep_mpi_comm {
     MPI_Comm all, node_mpi, leaders; /* leaders: MPI_COMM_NULL except on leaders */
@@ -209,13 +210,6 @@ static int scratch(lockstep_mpi_comm_t *c, size_t bytes)
     c->scratch = p;
     c->scratch_bytes = bytes;
     return 0;
-}
-
-/* Do buffers [a, a + n) and [b, b + m) share a byte? */
-static int overlap(const void *a, size_t n, const void *b, size_t m)
-{
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return n && m && x < y + m && y < x + n;
 }
 
 /* ---- create / free ------------------------------------------------------------------ */
@@ -452,7 +446,7 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
      * into the scratch; one without the memory names no count in it, so that its node
      * fails at once. */
     size_t es = lockstep_dtype_size(dtype), bytes = es && count <= SIZE_MAX / es ? count * es : 0;
-    if ((count && (!send || !recv)) || (send != recv && overlap(send, bytes, recv, bytes)))
+    if ((count && (!send || !recv)) || (send != recv && ls_overlap(send, recv, bytes)))
         return -EINVAL; /* (the leader's node call does not see recv) */
     int lead = c->local == 0 && c->nodes > 1, nomem = lead ? scratch(c, bytes) : 0;
     int rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : lead ? c->scratch : recv, nomem ? 0 : count,
@@ -638,13 +632,10 @@ static int leaders_reduce_scatter(lockstep_mpi_comm_t *c, char *v, size_t count,
 int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
                                 lockstep_dtype_t dtype, lockstep_op_t op)
 {
-    size_t es = lockstep_dtype_size(dtype);
-    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
-        count > SIZE_MAX / es / (size_t)c->size)
-        return -EINVAL;
-    size_t block = count * es, total = block * (size_t)c->size;
-    if (block && recv != (const char *)send + (size_t)c->rank * block && overlap(send, total, recv, block))
-        return -EINVAL;
+    int rc = c ? ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size) : -EINVAL;
+    if (rc)
+        return rc;
+    size_t block = count * lockstep_dtype_size(dtype), total = block * (size_t)c->size;
     if (c->broken)
         return c->broken;
     if (c->nodes == 1)
@@ -653,7 +644,7 @@ int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *
      * its leader, which broadcasts them to its node. A rank without the memory for the
      * vector names no count in the node's allreduce, so that its node fails at once
      * (-LOCKSTEP_EMISMATCH there) instead of at the deadline. */
-    int nomem = scratch(c, total), rc;
+    int nomem = scratch(c, total);
     rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : c->scratch, nomem ? 0 : count * (size_t)c->size,
                                  dtype, op);
     if (nomem)
@@ -724,7 +715,7 @@ int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, 
 {
     if (!c || (bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
         return -EINVAL;
-    if (overlap(send, bytes * (size_t)c->size, recv, bytes * (size_t)c->size))
+    if (ls_overlap(send, recv, bytes * (size_t)c->size))
         return -EINVAL;
     if (c->broken)
         return c->broken;

@@ -447,11 +447,11 @@ class _Hosts(LockstepGroup):
 
     def _alltoall_blocks(self, ins, outs):
         self._check_splits(ins, outs)  # gloo would wait out its timeout instead
-        send = torch.cat(ins) if ins else torch.empty(0, dtype=torch.uint8)
-        recv = torch.empty(sum(t.numel() for t in outs), dtype=torch.uint8)
+        out_sizes = [t.numel() for t in outs]
+        recv = torch.empty(sum(out_sizes), dtype=torch.uint8)
         self._peers("all_to_all across hosts").alltoall_base(
-            recv, send, [t.numel() for t in outs], [t.numel() for t in ins]).wait()
-        for t, part in zip(outs, torch.split(recv, [t.numel() for t in outs])):
+            recv, torch.cat(ins), out_sizes, [t.numel() for t in ins]).wait()
+        for t, part in zip(outs, torch.split(recv, out_sizes)):
             t.copy_(part)
 
     def _allreduce(self, t, name):

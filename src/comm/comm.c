@@ -261,25 +261,28 @@ static uint64_t slice_end(uint64_t deadline)
 
 /* Between two slices of a wait: has the communicator failed, does the caller want
  * out (params.cancel), is `peer` (or, with peer < 0, every rank) still alive, has the
- * deadline passed? 0 to keep waiting, else the error that ends the wait (recorded for
- * every rank). */
+ * deadline passed? 0 to keep waiting, a failure already recorded (negative), or what
+ * this rank noticed (a positive code, not yet recorded). The caller records the latter
+ * with ls_comm_fail only if its wait has still not ended: a peer may do its part of a
+ * call, return and exit between the end of a slice and the look at its pid, and that
+ * is no failure (an eager root that exits after its last broadcast, say). */
 static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
 {
     int rc = ls_comm_failed(c);
     if (rc)
         return rc;
     if (c->cancel && c->cancel(c->cancel_arg))
-        return ls_comm_fail(c, ECANCELED);
+        return ECANCELED;
     for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
         if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
-            return ls_comm_fail(c, LOCKSTEP_EPEERDIED);
+            return LOCKSTEP_EPEERDIED;
     /* in any other call numbered s, a peer that made call s an eager broadcast */
     if (c->hdr->eager_bytes && !c->in_eager && c->seq)
         for (int r = 0; r < c->size; r++)
             if (r != c->rank && __atomic_load_n(&ls_ctl(c, r)->own.eager_seq, __ATOMIC_ACQUIRE) == c->seq)
-                return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
+                return LOCKSTEP_EMISMATCH;
     if (deadline && lockstep_now_ns() >= deadline)
-        return ls_comm_fail(c, ETIMEDOUT);
+        return ETIMEDOUT;
     return 0;
 }
 
@@ -297,7 +300,9 @@ wait_word(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target
             return 0;
         int rc = between_slices(c, peer, deadline);
         if (rc == 0 && check && !ls_reached(ls_load_acquire(&ww->value), target))
-            rc = check(c, peer);
+            rc = check(c, peer); /* records what it finds */
+        if (rc > 0) /* noticed here: counts only if the wait has still not ended */
+            rc = ls_reached(ls_load_acquire(&ww->value), target) ? 0 : ls_comm_fail(c, rc);
         if (rc)
             return rc;
     }
@@ -988,8 +993,18 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
     unsigned tid = (unsigned)c->rank;
     rc = lockstep_barrier_arrive(c->barrier, tid);
     uint64_t deadline = ls_comm_deadline(c);
-    while (rc == 0 && (rc = lockstep_barrier_wait_until(c->barrier, tid, slice_end(deadline))) == -ETIMEDOUT)
+    while (rc == 0 && (rc = lockstep_barrier_wait_until(c->barrier, tid, slice_end(deadline))) == -ETIMEDOUT) {
         rc = between_slices(c, -1, deadline);
+        if (rc > 0) {
+            /* noticed here: counts only if the episode has still not ended (one more
+             * look, with a deadline already past) */
+            if (lockstep_barrier_wait_until(c->barrier, tid, 1) == 0) {
+                rc = 0;
+                break;
+            }
+            rc = ls_comm_fail(c, rc);
+        }
+    }
     if (rc)
         return rc;
     return ls_comm_verify(c); /* everyone has announced by now */

@@ -187,6 +187,79 @@ static void test_cancel(void)
     }
 }
 
+/* ---- leave: a peer that does its part and exits is no failure ----------------------- */
+
+/* Rank 1 waits on rank 0 in a call that rank 0 finishes without waiting for rank 1:
+ * an eager broadcast (0), the barrier rank 0 arrives at last (1), a small regular
+ * broadcast (2), each from root 0. Rank 1's wait first runs out a slice; its cancel
+ * callback, asked then, before the look at rank 0's pid, holds rank 1 until rank 0 has
+ * made its call, returned and exited. Rank 1 must then get rank 0's payload and 0,
+ * not LOCKSTEP_EPEERDIED: its wait ended before it looked. page value[0][0]: rank 0's
+ * pid; value[1][0]: the case; value[1][1]: rank 1 is in its callback. */
+static int leave_armed, leave_held;
+
+static int leave_hold(void *arg)
+{
+    struct shared_page *pg = arg;
+    if (!leave_armed || leave_held)
+        return 0;
+    leave_held = 1;
+    __atomic_store_n(&pg->value[1][1], 1, __ATOMIC_RELEASE);
+    while (kill((pid_t)__atomic_load_n(&pg->value[0][0], __ATOMIC_ACQUIRE), 0) == 0)
+        usleep(1000); /* until rank 0 is gone (harness_run reaps it at once) */
+    return 0;
+}
+
+static int leave_body(int rank, int size, const char *job)
+{
+    struct shared_page *pg = harness_page();
+    int kind = (int)pg->value[1][0];
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 120000; /* past the watchdog: only the calls end the waits */
+    p.broadcast_eager_bytes = kind == 0 ? 256 : 0;
+    p.cancel = leave_hold;
+    p.cancel_arg = pg;
+    if (rank == 0)
+        __atomic_store_n(&pg->value[0][0], (int64_t)getpid(), __ATOMIC_RELEASE);
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    unsigned char b[64];
+    memset(b, rank == 0 ? 0x5a : 0, sizeof b);
+    int rc;
+    if (rank == 0) {
+        while (!__atomic_load_n(&pg->value[1][1], __ATOMIC_ACQUIRE))
+            usleep(1000); /* until rank 1 waits, and is held between two slices */
+    } else {
+        leave_armed = 1;
+    }
+    rc = kind == 1 ? lockstep_comm_barrier(c) : lockstep_comm_broadcast(c, b, sizeof b, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    CHECK_EQ(rc, 0);
+    if (rank == 1) {
+        CHECK_EQ(leave_held, 1); /* the wait did run past a slice */
+        for (size_t k = 0; kind != 1 && k < sizeof b; k++)
+            CHECK_EQ(b[k], 0x5a);
+    }
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_leave(void)
+{
+    char job[96];
+    for (int kind = 0; kind < 3; kind++) {
+        harness_page()->value[0][0] = 0;
+        harness_page()->value[1][0] = kind;
+        harness_page()->value[1][1] = 0;
+        harness_job(job, sizeof job, "leave");
+        if (harness_run(leave_body, 2, job, 60, 0) != 0) {
+            fprintf(stderr, "leave case %d failed\n", kind);
+            exit(1);
+        }
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+}
+
 /* ---- two failures at once ---------------------------------------------------------- */
 
 /* Rank 0 dies after a barrier; ranks 1 and 2 then wait for it in an allreduce. Rank 1's
@@ -663,8 +736,10 @@ int main(int argc, char **argv)
         test_cancel();
     } else if (strcmp(t, "race") == 0) {
         test_race();
+    } else if (strcmp(t, "leave") == 0) {
+        test_leave();
     } else {
-        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel|race\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
         return 1;
     }
     return 0;

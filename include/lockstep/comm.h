@@ -12,7 +12,9 @@
  * their root does not wait, and learns of a disagreement in a later call.) Every wait has a deadline (params.timeout_ms) and, between short slices,
  * checks that peers are alive: a rank that died makes the call fail on the others with
  * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT, a wait
- * abandoned through params.cancel (Ctrl-C, say) with -ECANCELED. After any
+ * abandoned through params.cancel (Ctrl-C, say) with -ECANCELED. A rank that exits
+ * once it has done its part of the call (an eager root, the last rank to reach a
+ * barrier) is no failure: a wait counts what it noticed only if it has not ended. After any
  * such failure the communicator is broken on every rank (later calls return the same
  * error); free it and create a new one.
  *

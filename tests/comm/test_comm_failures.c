@@ -2,8 +2,9 @@
  * line: a rank SIGKILLed in the middle of a call makes the others fail with
  * -LOCKSTEP_EPEERDIED (not -ETIMEDOUT: noticed before the deadline); a late rank makes
  * them time out; mismatched calls fail on every rank; of two failures at once, the
- * first recorded is the one every rank reports; bad arguments and bad rendezvous give
- * their codes; nothing is left in /dev/shm. */
+ * first recorded is the one every rank reports; a rank that exits once it has done its
+ * part of a call fails no one; bad arguments and bad rendezvous give their codes;
+ * nothing is left in /dev/shm. */
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>

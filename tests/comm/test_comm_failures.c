@@ -17,18 +17,18 @@ static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
 static int kill_no_cma;    /* LOCKSTEP_NO_CMA: large calls copy through the slots */
 static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather;
-                              3: reduce-scatter; 4: all-to-all */
+                              3: reduce-scatter; 4: all-to-all; 5: pull allgather */
 
 static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
 {
     size_t bytes = kill_count * sizeof(float);
     switch (kill_call) {
     case 1: return lockstep_comm_broadcast(c, buf, bytes, it % size, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
-    case 2: {
+    case 2: case 5: {
         size_t block = bytes / (size_t)size;
         int me = lockstep_comm_rank(c);
         return lockstep_comm_allgather(c, (char *)buf + (size_t)me * block, buf, block, LOCKSTEP_ORDER_LINEAR,
-                                       LOCKSTEP_PUSH);
+                                       kill_call == 2 ? LOCKSTEP_PUSH : LOCKSTEP_PULL);
     }
     case 3: {
         size_t block = kill_count / (size_t)size;
@@ -711,6 +711,7 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
         test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_readv) */
+        test_peer_death(1u << 21, 0, 5); /* single-copy pull allgather (process_vm_readv) */
         kill_no_cma = 1;
         test_peer_death(1u << 21, 0, 0); /* 8 MiB through the slots: killed between chunk steps */
         test_peer_death(1u << 21, 0, 4); /* all-to-all through the slots */

@@ -80,7 +80,6 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * process_vm_writev of the result into each peer's recv. Piece by piece, so that the
  * pieces stay in the cache between the three. One step ends the call, as zero-copy's.
  * Only rank me touches elements [lo, hi) of any rank's buffers, so in place is safe. */
-#define SINGLE_COPY_PIECE ((size_t)256 * 1024)
 /* 2 ranks, against the slots in the same processes (median of 9 paired batches, two
  * orders), with new data in send before every call: 64 KiB 1.34-1.41x the time, 256
  * KiB a tie, 384 KiB 0.90-0.93x, 512 KiB 0.94-0.95x, 1 MiB 0.83x, 4 MiB 0.78-0.81x,
@@ -95,7 +94,7 @@ static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *rec
     int N = c->size, me = c->rank, rc;
     size_t lo = count * (size_t)me / (size_t)N, hi = count * (size_t)(me + 1) / (size_t)N;
     size_t piece = 2 * c->hdr->chunk_bytes / (size_t)(N - 1); /* >= 8192 / 255 bytes */
-    piece = (piece < SINGLE_COPY_PIECE ? piece : SINGLE_COPY_PIECE) / es;
+    piece = (piece < LS_CMA_PIECE ? piece : LS_CMA_PIECE) / es;
     char *tmp = ls_chunk(c, me, 0), *out = recv; /* chunk slots 0 and 1 lie end to end */
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
     for (size_t off = lo; off < hi; off += piece) {

@@ -27,9 +27,10 @@
  * zero-copy form: the receivers reading the sender's buffer themselves was no faster
  * than the slots with fresh data each call (the pipelined broadcast won at 4 ranks by
  * up to 1.8x, the allgather tied; see CHANGELOG).
- * Single copy, PULL allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs
- * (every rank can read its peers, none passed buffers for PUSH): each rank reads every
- * peer's block straight from its send into recv, and one step ends the call.
+ * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs and
+ * every rank can reach its peers (and not zero-copy PUSH): with PULL each rank reads
+ * every peer's block straight from its send into recv, with PUSH it writes its block
+ * into every peer's recv; one step ends the call.
  * The transfer is part of the call (the descriptor's op field): ranks that disagree on
  * it fail with LOCKSTEP_EMISMATCH, as they would copy from slots no one wrote. */
 #include <errno.h>
@@ -42,13 +43,15 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
     return (unsigned)order > LOCKSTEP_ORDER_TOPOLOGY || (unsigned)xfer > LOCKSTEP_PUSH;
 }
 
-/* The smallest blocks a PULL allgather reads straight from the peers' sends
- * (process_vm_readv, cma.c), and only while ranks fit the CPUs: then each block is
- * copied once instead of twice through the slots. 2 ranks against the slots, in the
- * same processes (median of 9 paired batches, two orders), new data in send before
- * every call: blocks of 512 KiB 1.07-1.15x the time, 1-8 MiB 0.88-0.90x; with
- * unchanged data 0.58x at 512 KiB, 0.75x at 1 MiB, 0.87x at 4 MiB. 4 ranks on 2 CPUs
- * lost: 1 MiB a tie, 4 MiB blocks 1.12-1.16x. */
+/* The smallest blocks an allgather moves straight between the ranks' own memory
+ * (cma.c), and only while ranks fit the CPUs: PULL reads each peer's block from its
+ * send (process_vm_readv), PUSH writes mine into each peer's recv (process_vm_writev),
+ * so each block is copied once instead of twice through the slots. 2 ranks against
+ * the slots, in the same processes (median of 9 paired batches, two orders), new data
+ * in send before every call: PULL, blocks of 512 KiB 1.07-1.15x the time, 1-8 MiB
+ * 0.88-0.90x (unchanged data: 0.58x at 512 KiB, 0.75x at 1 MiB, 0.87x at 4 MiB);
+ * PUSH, 1 MiB 0.72-0.73x, 4 MiB 0.96-0.98x. 4 ranks on 2 CPUs lost: PULL with 1 MiB
+ * blocks a tie, 4 MiB 1.12-1.16x. */
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
 
 /* Pieces small enough that the receivers start soon after the root; at 2 and 4 ranks,
@@ -211,9 +214,8 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
 
     post_recv(c, xfer, out, total);
     /* every rank posts, so that every rank counts the same (bytes is the same on all) */
-    int cma_try = xfer == LOCKSTEP_PULL && c->cma && c->fits && bytes >= ALLGATHER_CMA_MIN;
-    if (xfer == LOCKSTEP_PULL)
-        ls_cma_post(c, cma_try ? in : NULL, NULL);
+    int cma_try = c->cma && c->fits && bytes >= ALLGATHER_CMA_MIN;
+    ls_cma_post(c, cma_try ? in : NULL, out);
     if ((rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
@@ -223,10 +225,20 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
         push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
         return ls_comm_step(c, deadline); /* every recv is complete */
     }
-    if (xfer == LOCKSTEP_PULL && ls_cma_count(c) == N) { /* single copy: every block from its send */
-        for (int i = 0; i < np; i++)
-            if ((rc = ls_cma_read(c, peers[i], out + (size_t)peers[i] * bytes, 0, bytes)) != 0)
-                return rc;
+    if (ls_cma_count(c) == N) { /* single copy: every block from its send to every recv */
+        for (int i = 0; i < np; i++) {
+            int k = peers[i];
+            if (xfer == LOCKSTEP_PULL) {
+                if ((rc = ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)) != 0)
+                    return rc;
+                continue;
+            }
+            /* in pieces: a write stops at the next piece once the call has failed */
+            for (size_t off = 0; off < bytes; off += LS_CMA_PIECE)
+                if ((rc = ls_cma_write(c, k, in + off, (size_t)me * bytes + off,
+                                       bytes - off < LS_CMA_PIECE ? bytes - off : LS_CMA_PIECE)) != 0)
+                    return rc;
+        }
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);
         return ls_comm_step(c, deadline); /* nobody reads my send after this */

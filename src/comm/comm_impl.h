@@ -259,10 +259,10 @@ int ls_zc_count(const lockstep_comm_t *c);
  * of 16-64 KiB 1.15-1.47x the time, 256 KiB a tie, 1 MiB 0.81-0.83x; 4 ranks on 2
  * CPUs: 32 KiB 0.9-1.37x, 128 KiB 0.91x, 512 KiB 0.78-0.81x, 1 MiB 0.76-0.77x. */
 #define LS_CMA_MIN ((size_t)128 * 1024)
+#define LS_CMA_MIN_FITS ((size_t)512 * 1024)
 /* Single-copy writes go in pieces of at most this, each after a check that the call
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)
-#define LS_CMA_MIN_FITS ((size_t)512 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */

@@ -241,7 +241,7 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
         }
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);
-        return ls_comm_step(c, deadline); /* nobody reads my send after this */
+        return ls_comm_step(c, deadline); /* every recv is complete, no send read any more */
     }
     size_t piece = xfer == LOCKSTEP_PULL ? c->hdr->chunk_bytes : c->hdr->chunk_bytes / (size_t)N;
     unsigned j = 0;

@@ -60,9 +60,10 @@ int ls_cma_count(const lockstep_comm_t *c)
 }
 
 /* n bytes between local and rank r's remote address, in either direction. A write
- * first checks that the communicator has not failed: a peer that failed the call
- * (its deadline, say) has returned, and its recv may be freed memory by now. That
- * leaves only a write already under way when the peer gives up. */
+ * goes LS_CMA_PIECE at a time, each piece after a check that the communicator has not
+ * failed: a peer that failed the call (its deadline, say) has returned, and its recv
+ * may be freed memory by now. That leaves only a piece already under way when the
+ * peer gives up. */
 static int cma_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, size_t n, int write)
 {
     pid_t pid = __atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_RELAXED);
@@ -70,7 +71,8 @@ static int cma_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, siz
     while (n) { /* the kernel may stop short (at a page it cannot reach at once, say) */
         if (write && (rc = ls_comm_failed(c)) != 0)
             return rc;
-        struct iovec l = {local, n}, rm = {(void *)(uintptr_t)remote, n};
+        size_t m = write && n > LS_CMA_PIECE ? LS_CMA_PIECE : n;
+        struct iovec l = {local, m}, rm = {(void *)(uintptr_t)remote, m};
         ssize_t got = write ? process_vm_writev(pid, &l, 1, &rm, 1, 0) : process_vm_readv(pid, &l, 1, &rm, 1, 0);
         if (got <= 0) {
             if (got < 0 && errno == EINTR)

@@ -192,7 +192,6 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
     return c->base + c->hdr->off_buf + (size_t)r * c->hdr->buffer_bytes;
 }
 
-
 /* comm.c */
 /* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
  * switches) */
@@ -260,7 +259,7 @@ int ls_zc_count(const lockstep_comm_t *c);
  * CPUs: 32 KiB 0.9-1.37x, 128 KiB 0.91x, 512 KiB 0.78-0.81x, 1 MiB 0.76-0.77x. */
 #define LS_CMA_MIN ((size_t)128 * 1024)
 #define LS_CMA_MIN_FITS ((size_t)512 * 1024)
-/* Single-copy writes go in pieces of at most this, each after a check that the call
+/* ls_cma_write moves at most this per system call, each after a check that the call
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);

@@ -228,16 +228,10 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
     if (ls_cma_count(c) == N) { /* single copy: every block from its send to every recv */
         for (int i = 0; i < np; i++) {
             int k = peers[i];
-            if (xfer == LOCKSTEP_PULL) {
-                if ((rc = ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)) != 0)
-                    return rc;
-                continue;
-            }
-            /* in pieces: a write stops at the next piece once the call has failed */
-            for (size_t off = 0; off < bytes; off += LS_CMA_PIECE)
-                if ((rc = ls_cma_write(c, k, in + off, (size_t)me * bytes + off,
-                                       bytes - off < LS_CMA_PIECE ? bytes - off : LS_CMA_PIECE)) != 0)
-                    return rc;
+            rc = xfer == LOCKSTEP_PULL ? ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)
+                                       : ls_cma_write(c, k, in, (size_t)me * bytes, bytes);
+            if (rc)
+                return rc;
         }
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);

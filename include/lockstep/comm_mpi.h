@@ -72,9 +72,9 @@ typedef struct lockstep_mpi_params {
     int ranks_per_node;          /* 0 (default): a node is the ranks that share memory
                                     (MPI_COMM_TYPE_SHARED); n > 0: those are further
                                     split into ceil(ranks / n) groups, dealt round-
-                                    robin by rank (as a by-node mapping places ranks),
-                                    each taking the part of a node: runs the
-                                    multi-node path on one machine */
+                                    robin by rank (as a by-node mapping places ranks;
+                                    see consecutive), each taking the part of a
+                                    node: runs the multi-node path on one machine */
     size_t piece_bytes;          /* the most bytes one MPI call between leaders
                                     carries: larger messages go in pieces, one
                                     after the other. 0 (default): INT_MAX, the
@@ -86,12 +86,19 @@ typedef struct lockstep_mpi_params {
                                     -LOCKSTEP_EMISMATCH on every rank instead of
                                     being undefined in MPI. 0 (default): compared
                                     inside each node only */
+    int consecutive;             /* with ranks_per_node: nonzero, each group takes
+                                    consecutive ranks (0 to n-1, n to 2n-1, ...), as
+                                    a by-slot or by-core mapping places them, so
+                                    that every node's ranks lie in rank order; 0
+                                    (default): dealt round-robin. ranks_per_node
+                                    and consecutive must be the same on every rank */
 } lockstep_mpi_params_t;
 
 lockstep_mpi_params_t lockstep_mpi_params_default(void);
 
 /* Collective over comm (MPI must be initialised). NULL with errno set: EINVAL (bad
- * params on any rank, or comm is MPI_COMM_NULL), ENOMEM, the errors of
+ * params on any rank, ranks that differ in ranks_per_node or consecutive, or comm is
+ * MPI_COMM_NULL), ENOMEM, the errors of
  * lockstep_comm_create, or LOCKSTEP_EMPI; every rank of comm fails alike. */
 lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_params_t *params);
 void lockstep_mpi_comm_free(lockstep_mpi_comm_t *c);

@@ -273,7 +273,8 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
     MPI_Comm_rank(shared, &srank);
     MPI_Comm_size(shared, &ssize);
     int groups = p->ranks_per_node > 0 ? (ssize + p->ranks_per_node - 1) / p->ranks_per_node : 1;
-    int color = srank % groups; /* dealt round-robin, as a by-node mapping places ranks */
+    /* dealt round-robin, as a by-node mapping places ranks, or in runs of consecutive ranks */
+    int color = p->consecutive && p->ranks_per_node > 0 ? srank / p->ranks_per_node : srank % groups;
     int rc = MPI_Comm_split(shared, color, c->rank, &c->node_mpi);
     MPI_Comm_free(&shared);
     if (rc != MPI_SUCCESS)
@@ -377,12 +378,15 @@ lockstep_mpi_comm_t *lockstep_mpi_comm_create(MPI_Comm comm, const lockstep_mpi_
         chk.size = 1;
         bad = lockstep_comm_params_check(&chk, NULL, 0) != 0;
     }
-    int any_bad = bad;
-    if (MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) {
+    /* bad anywhere, or ranks that would split the nodes differently (their greatest
+     * value and the negation of their least, in one call) */
+    int rpn = bad ? 0 : p.ranks_per_node, cons = p.consecutive != 0;
+    int mine[5] = {bad, rpn, -rpn, cons, -cons}, all[5];
+    if (MPI_Allreduce(mine, all, 5, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS) {
         errno = LOCKSTEP_EMPI;
         return NULL;
     }
-    if (any_bad) {
+    if (all[0] || all[1] != -all[2] || all[3] != -all[4]) {
         errno = EINVAL;
         return NULL;
     }

@@ -1,5 +1,6 @@
 /* lockstep_mpi: collectives across "nodes" (groups of ranks standing in for nodes on
  * this machine), run under mpiexec. Usage: test_comm_mpi RANKS_PER_NODE EXPECTED_NODES
+ * [consecutive]: nodes of consecutive ranks instead of ranks dealt round-robin.
  * Every rank checks exact values against a reference computed here, that all ranks
  * hold the same bits, and the error codes; the last part checks that a leader that
  * never comes makes every other rank time out instead of hanging in MPI. */
@@ -14,7 +15,13 @@
 #include "../common/check.h"
 #include "../common/half.h"
 
-static int R, N; /* my rank, ranks */
+static int R, N;     /* my rank, ranks */
+static int RPN, CONS; /* ranks_per_node, consecutive */
+
+/* Where rank r is, for the layouts the tests make (more than one node). */
+static int node_of(int r, int nodes) { return CONS ? r / RPN : r % nodes; }
+static int local_of(int r, int nodes) { return CONS ? r % RPN : r / nodes; }
+static int leader_of(int node) { return CONS ? node * RPN : node; }
 
 /* Small integers: sums over up to 8 ranks are exact in every dtype. */
 static int value(int rank, size_t i)
@@ -220,8 +227,10 @@ int main(int argc, char **argv)
 {
     CHECK_EQ(MPI_Init(&argc, &argv), MPI_SUCCESS);
     watchdog(120);
-    CHECK(argc == 3);
+    CHECK(argc == 3 || (argc == 4 && strcmp(argv[3], "consecutive") == 0));
     int rpn = atoi(argv[1]), want_nodes = atoi(argv[2]);
+    RPN = rpn;
+    CONS = argc == 4;
     MPI_Comm_rank(MPI_COMM_WORLD, &R);
     MPI_Comm_size(MPI_COMM_WORLD, &N);
 
@@ -240,8 +249,22 @@ int main(int argc, char **argv)
     CHECK(lockstep_mpi_comm_create(MPI_COMM_NULL, NULL) == NULL);
     CHECK_EQ(errno, EINVAL);
 
+    if (N > 1) { /* ranks that would split the nodes differently: EINVAL everywhere */
+        p = lockstep_mpi_params_default();
+        p.ranks_per_node = R == 1 ? 1 : 2;
+        errno = 0;
+        CHECK(lockstep_mpi_comm_create(MPI_COMM_WORLD, &p) == NULL);
+        CHECK_EQ(errno, EINVAL);
+        p.ranks_per_node = 2;
+        p.consecutive = R == 0;
+        errno = 0;
+        CHECK(lockstep_mpi_comm_create(MPI_COMM_WORLD, &p) == NULL);
+        CHECK_EQ(errno, EINVAL);
+    }
+
     p = lockstep_mpi_params_default();
     p.ranks_per_node = rpn;
+    p.consecutive = CONS;
     p.node.timeout_ms = 30000;
     lockstep_mpi_comm_t *c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
     CHECK(c != NULL);
@@ -249,6 +272,8 @@ int main(int argc, char **argv)
     CHECK_EQ(lockstep_mpi_comm_size(c), N);
     CHECK_EQ(lockstep_mpi_comm_nodes(c), want_nodes);
     CHECK(lockstep_mpi_comm_node(c) != NULL);
+    if (want_nodes > 1)
+        CHECK_EQ(lockstep_comm_rank(lockstep_mpi_comm_node(c)), local_of(R, want_nodes));
 
     check_all(c, SIZE_MAX);
 
@@ -307,7 +332,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 6 && want_nodes > 1; k++) {
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
         CHECK(c != NULL);
-        int odd = R % want_nodes == 1; /* node 1 (nodes are dealt round-robin) */
+        int odd = node_of(R, want_nodes) == 1;
         float v[64] = {0};
         int rc = 0;
         switch (k) {
@@ -326,19 +351,20 @@ int main(int argc, char **argv)
     }
     p.check_calls = 0;
 
-    /* A node's leader that never comes: rank 1 (the leader of node 1; nodes are dealt
-     * round-robin, so node k's leader is rank k) skips a barrier. Its node's other
+    /* A node's leader that never comes: the leader of node 1 (its lowest rank) skips
+     * a barrier. Its node's other
      * ranks time out waiting for it; the other leaders wait in MPI against the same
      * deadline, time out instead of hanging, and pass ETIMEDOUT to their nodes. Every
      * later call fails the same way (the communicator is broken). */
     p = lockstep_mpi_params_default();
     p.ranks_per_node = rpn;
+    p.consecutive = CONS;
     p.node.timeout_ms = 1000;
     c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
     CHECK(c != NULL);
     CHECK_EQ(lockstep_mpi_barrier(c), 0);
-    int nodes = lockstep_mpi_comm_nodes(c), victim = nodes > 1 ? 1 : 0;
-    CHECK_EQ(lockstep_comm_rank(lockstep_mpi_comm_node(c)), R / nodes);
+    int nodes = lockstep_mpi_comm_nodes(c), victim = nodes > 1 ? leader_of(1) : 0;
+    CHECK_EQ(lockstep_comm_rank(lockstep_mpi_comm_node(c)), local_of(R, nodes));
     if (R != victim) {
         CHECK_EQ(lockstep_mpi_barrier(c), -ETIMEDOUT);
         CHECK_EQ(lockstep_mpi_barrier(c), -ETIMEDOUT);
@@ -359,19 +385,27 @@ int main(int argc, char **argv)
     lockstep_mpi_comm_free(c);
     free(blocks);
 
-    /* A leader that comes to an allreduce only after the others' deadline: its data
-     * reaches requests the others abandoned, whose buffers MPI may write after the
-     * call returned. MPI only ever had copies in lockstep's scratch, so freeing the
-     * caller's buffer at once is safe (under ASan a late write into it fails the test;
-     * with a rank per node the victim's data is certain to arrive). */
+    /* A leader that comes to an allreduce only after every other rank's call has
+     * failed: its data reaches requests the others abandoned, whose buffers MPI may
+     * write after the call returned. MPI only ever had copies in lockstep's scratch, so
+     * freeing the caller's buffer at once is safe (under ASan a late write into it
+     * fails the test; with a rank per node the victim's data is certain to arrive).
+     * The others tell the victim when they have failed, so that it comes late however
+     * slow the machine is (a sleep past their deadline was not always enough, with
+     * 4 ranks on 2 CPUs beside other tests). */
     c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
     CHECK(c != NULL);
     float *late = calloc(4096, sizeof(float));
     CHECK(late != NULL);
     CHECK_EQ(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+    int token = 0;
     if (R == victim)
-        usleep(1500 * 1000);
+        for (int k = 0; k < N; k++)
+            if (k != victim)
+                CHECK_EQ(MPI_Recv(&token, 1, MPI_INT, k, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_SUCCESS);
     CHECK(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_F32, LOCKSTEP_SUM) != 0);
+    if (R != victim)
+        CHECK_EQ(MPI_Send(&token, 1, MPI_INT, victim, 77, MPI_COMM_WORLD), MPI_SUCCESS);
     free(late);
     lockstep_mpi_comm_free(c);
     CHECK_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS); /* MPI progresses here */

@@ -265,7 +265,10 @@ const char *lockstep_reduce_isa(void);
  * PUSH broadcasts past params.small_bytes and PUSH allgathers past the small path
  * run zero-copy too when every receiver's buf (broadcast) or every rank's recv
  * (allgather) lies in its rank's buffer: the sender copies straight into them, one
- * copy per receiver. PULL has no zero-copy form (it was no faster).
+ * copy per receiver. Such a broadcast of 1 MiB or more among 3 or more ranks is
+ * relayed: its pieces pass along the root's order, each receiver copying each piece
+ * on into the next receiver's buf once it has it, so the copies run at once instead
+ * of all on the root. PULL has no zero-copy form (it was no faster).
  * NULL with errno EINVAL (no communicator) or ENOENT (params.buffer_bytes was 0). */
 void *lockstep_comm_buffer(lockstep_comm_t *comm, size_t *bytes);
 

@@ -121,15 +121,17 @@ static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 Ki
 
 /* Broadcast and allgather with buffers in the shared buffer and not, in every mix:
  * everything in the buffer; only the root's buf; only the receivers' (PUSH's
- * zero-copy broadcast); only sends, or only recvs (PUSH's zero-copy allgather); odd
- * ranks in private memory (the copying path). Sizes either side of small_bytes
- * (256 KiB), at offsets that differ per rank, every root, with copying allreduces in
- * between, which share the step words and chunk slots. */
+ * zero-copy broadcast, relayed from 1 MiB at 3 ranks or more); only sends, or only
+ * recvs (PUSH's zero-copy allgather); odd ranks in private memory (the copying path).
+ * Sizes either side of small_bytes (256 KiB) and of the relay's 1 MiB, at offsets that
+ * differ per rank, every root, the four modes of a size in the four orders (the relay
+ * follows the root's), with copying allreduces in between, which share the step
+ * words and chunk slots. */
 static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
 {
-    static const size_t bsizes[] = {100003, 262144, 262145, 1000003};
+    static const size_t bsizes[] = {100003, 262144, 262145, 1000003, 1048576, 1310721};
     static const size_t gsizes[] = {1000, 65537, 300007};
-    size_t most = 1000003 + 300007 * (size_t)(size + 1) + 4096;
+    size_t most = 1310721 + 300007 * (size_t)(size + 1) + 4096;
     char *priv = malloc(most);
     int32_t v[3001];
     CHECK(priv != NULL);
@@ -146,15 +148,17 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                 CHECK(b + n <= (unsigned char *)buf + cap || !in_buf);
                 for (size_t i = 0; i < n; i++)
                     b[i] = rank == root ? gbyte(i, root, cs) : 0xee; /* stale bytes must go */
-                int rc = lockstep_comm_broadcast(c, b, n, root, LOCKSTEP_ORDER_ROTATED, (lockstep_xfer_t)xfer);
+                lockstep_order_t order = (lockstep_order_t)((cs + cs / 4) % 4);
+                int rc = lockstep_comm_broadcast(c, b, n, root, order, (lockstep_xfer_t)xfer);
                 if (rc) {
-                    fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d: %s\n", rank, n, xfer, mode, lockstep_strerror(rc));
+                    fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d order %d: %s\n", rank, n, xfer, mode,
+                            (int)order, lockstep_strerror(rc));
                     return 1;
                 }
                 for (size_t i = 0; i < n; i++)
                     if (b[i] != gbyte(i, root, cs)) {
-                        fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d root %d: byte %zu wrong\n", rank, n,
-                                xfer, mode, root, i);
+                        fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d order %d root %d: byte %zu wrong\n",
+                                rank, n, xfer, mode, (int)order, root, i);
                         return 1;
                     }
                 if (mode == 3) { /* the copying path between: it shares the step words */

@@ -17,13 +17,17 @@ static size_t kill_count;
 static int kill_in_buffer; /* the calls run zero-copy, from the shared buffer */
 static int kill_no_cma;    /* LOCKSTEP_NO_CMA: large calls copy through the slots */
 static int kill_call;      /* 0: allreduce; 1: push broadcast, root it % size; 2: push allgather;
-                              3: reduce-scatter; 4: all-to-all; 5: pull allgather */
+                              3: reduce-scatter; 4: all-to-all; 5: pull allgather; 6: push
+                              broadcast in the rotated order, root (it + 2) % size: at 3
+                              ranks, the 5th call's root is 1 and its relay's chain 2, 0,
+                              so the rank killed then (2) is in the middle */
 
 static int kill_one_call(lockstep_comm_t *c, float *buf, int it, int size)
 {
     size_t bytes = kill_count * sizeof(float);
     switch (kill_call) {
     case 1: return lockstep_comm_broadcast(c, buf, bytes, it % size, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
+    case 6: return lockstep_comm_broadcast(c, buf, bytes, (it + 2) % size, LOCKSTEP_ORDER_ROTATED, LOCKSTEP_PUSH);
     case 2: case 5: {
         size_t block = bytes / (size_t)size;
         int me = lockstep_comm_rank(c);
@@ -707,6 +711,7 @@ int main(int argc, char **argv)
         kill_ranks = 3;
         test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */
+        test_peer_death(1u << 21, 1, 6); /* the same, a rank in the middle of the relay dies */
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */

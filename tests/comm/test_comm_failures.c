@@ -96,6 +96,87 @@ static void test_peer_death(size_t count, int in_buffer, int call)
     CHECK_EQ(shm_entries_with(job), 0);
 }
 
+/* ---- a rank that dies once it has announced ----------------------------------------- */
+
+/* The kill tests above do not control where in a call the rank dies. Here it dies
+ * after its announcement is out, so every other rank gets through the announcement and
+ * fails (or not) only where it waits for the dead rank's part. 3 ranks, root 1, 8 MiB;
+ * rank 2 calls first and waits for the root in the announcement; its cancel callback,
+ * asked after the first wait slice, kills it; the root calls only then.
+ *   0: zero-copy PUSH broadcast in the rotated order, relayed along 2, 0: the root
+ *      passes every piece to rank 2 and returns 0; rank 0 waits for the pieces rank 2
+ *      never passes on and gets -LOCKSTEP_EPEERDIED.
+ *   1: PUSH broadcast through the slots: the root waits for every receiver before it
+ *      rewrites its ring of pieces (smaller than 8 MiB), so both fail.
+ *   2: zero-copy allreduce: both fail.
+ * page value[2][0]: rank 2 is about to die; value[r][1]: rank r's code. */
+static int announced_kind, announced_armed;
+static const size_t announced_bytes = (size_t)8 << 20;
+
+static int announced_die(void *arg)
+{
+    struct shared_page *pg = arg;
+    if (announced_armed) {
+        __atomic_store_n(&pg->value[2][0], 1, __ATOMIC_RELEASE);
+        raise(SIGKILL);
+    }
+    return 0;
+}
+
+static int announced_call(lockstep_comm_t *c, char *buf)
+{
+    switch (announced_kind) {
+    case 0: return lockstep_comm_broadcast(c, buf, announced_bytes, 1, LOCKSTEP_ORDER_ROTATED, LOCKSTEP_PUSH);
+    case 1: return lockstep_comm_broadcast(c, buf, announced_bytes, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
+    default:
+        return lockstep_comm_allreduce(c, buf, buf, announced_bytes / sizeof(float), LOCKSTEP_F32, LOCKSTEP_SUM);
+    }
+}
+
+static int announced_body(int rank, int size, const char *job)
+{
+    struct shared_page *pg = harness_page();
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 120000; /* past the watchdog: only a dead peer ends the waits */
+    p.buffer_bytes = announced_kind == 1 ? 0 : announced_bytes;
+    p.cancel = announced_die;
+    p.cancel_arg = pg;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    char *buf = announced_kind == 1 ? calloc(announced_bytes, 1) : lockstep_comm_buffer(c, NULL);
+    CHECK(buf != NULL);
+    memset(buf, rank == 1 ? 0x3c : 0, announced_bytes);
+    if (rank == 2)
+        announced_armed = 1;
+    if (rank == 1)
+        while (!__atomic_load_n(&pg->value[2][0], __ATOMIC_ACQUIRE))
+            usleep(1000);
+    int rc = announced_call(c, buf);
+    CHECK(rank != 2); /* rank 2 dies in its call */
+    pg->value[rank][1] = rc;
+    CHECK_EQ(rc, rank == 1 && announced_kind == 0 ? 0 : -LOCKSTEP_EPEERDIED);
+    CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EPEERDIED); /* and the communicator stays broken */
+    lockstep_comm_free(c);
+    if (announced_kind == 1)
+        free(buf);
+    return 0;
+}
+
+static void test_announced_death(void)
+{
+    char job[96];
+    for (announced_kind = 0; announced_kind < 3; announced_kind++) {
+        harness_page()->value[2][0] = 0;
+        harness_job(job, sizeof job, "announced");
+        if (harness_run(announced_body, 3, job, 60, 1u << 2) != 0) {
+            fprintf(stderr, "announced-death case %d failed\n", announced_kind);
+            exit(1);
+        }
+        CHECK_EQ(shm_entries_with(job), 0);
+    }
+}
+
 /* ---- deadline ----------------------------------------------------------------------- */
 
 static int late_body(int rank, int size, const char *job)
@@ -721,6 +802,8 @@ int main(int argc, char **argv)
         kill_no_cma = 1;
         test_peer_death(1u << 21, 0, 0); /* 8 MiB through the slots: killed between chunk steps */
         test_peer_death(1u << 21, 0, 4); /* all-to-all through the slots */
+    } else if (strcmp(t, "announced_death") == 0) {
+        test_announced_death();
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
@@ -747,7 +830,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "leave") == 0) {
         test_leave();
     } else {
-        fprintf(stderr, "usage: %s peer_death|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
         return 1;
     }
     return 0;

@@ -223,8 +223,9 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
  * reads its part of the peers' sends and writes the result into their recvs in one
  * copy (process_vm_readv/writev, as the all-to-all; LOCKSTEP_NO_CMA=1 turns it off).
  * A peer still inside such a call when this rank's fails (its deadline, say) checks
- * for the failure before each piece it writes (256 KiB at most), so a piece already
- * under way may still land in recv after the error.
+ * for the failure before each piece it writes (256 KiB at most), and this rank waits
+ * for a piece already under way before it returns the error, so nothing lands in recv
+ * after the return. (It waits 2 s at most, for a writer that cannot run: stopped.)
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
  * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
  * peer's params.cancel asked), -EIO (a peer's buffer could not be reached: a bad

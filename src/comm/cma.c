@@ -5,9 +5,12 @@
  * shared segment, and says in each call that might use it whether it can. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "comm_impl.h"
 
@@ -59,31 +62,89 @@ int ls_cma_count(const lockstep_comm_t *c)
     return n;
 }
 
+/* How long a failed rank waits at most for a peer's write into it to end: a piece
+ * takes tens of microseconds, so only a writer that cannot run (stopped, say) takes
+ * this long, and then its write may still land later. */
+#define DRAIN_NS (2000ull * 1000 * 1000)
+
+/* A write that has passed the check below may still be under way when the target
+ * gives up and returns; it would then land in memory the caller may have freed or
+ * reused. So a writer says, in its own.cma_into, whom it writes into before it checks,
+ * and a failed rank waits for every such peer before it reports the failure
+ * (ls_comm_failed). Both sides are sequentially consistent, the writer storing
+ * cma_into then loading failed, the failure recorded then cma_into loaded: either the
+ * writer sees the failure and writes nothing more, or the target sees cma_into. */
+void ls_cma_drain(lockstep_comm_t *c)
+{
+    uint64_t until = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank)
+            continue;
+        const ls_ctl_t *p = ls_ctl(c, r);
+        for (unsigned i = 0; __atomic_load_n(&p->own.cma_into, __ATOMIC_SEQ_CST) == c->rank + 1; i++) {
+            if (!ls_pid_alive(__atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE)))
+                break;
+            uint64_t now = lockstep_now_ns();
+            if (!until)
+                until = now + DRAIN_NS;
+            if (now >= until)
+                return;
+            if (i < 64)
+                sched_yield();
+            else
+                usleep(50);
+        }
+    }
+}
+
+#ifdef LOCKSTEP_PERTURB
+/* Perturbation builds: LOCKSTEP_TEST_CMA_STALL_MS holds each piece of a write that has
+ * passed its check, so a test can fail the target while the write is under way. */
+static void stall_write(void)
+{
+    const char *s = getenv("LOCKSTEP_TEST_CMA_STALL_MS");
+    if (s && *s)
+        usleep((useconds_t)strtoul(s, NULL, 10) * 1000u);
+}
+#else
+static void stall_write(void) {}
+#endif
+
 /* n bytes between local and rank r's remote address, in either direction. A write
  * goes LS_CMA_PIECE at a time, each piece after a check that the communicator has not
- * failed: a peer that failed the call (its deadline, say) has returned, and its recv
- * may be freed memory by now. That leaves only a piece already under way when the
- * peer gives up. */
+ * failed: a peer that failed the call (its deadline, say) returns, and its recv may be
+ * freed memory by then. own.cma_into keeps it from returning while a piece that
+ * passed the check is under way (ls_cma_drain). */
 static int cma_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, size_t n, int write)
 {
     pid_t pid = __atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_RELAXED);
-    int rc;
+    int32_t *into = &ls_ctl(c, c->rank)->own.cma_into;
+    int rc = 0;
+    if (write)
+        __atomic_store_n(into, r + 1, __ATOMIC_SEQ_CST);
     while (n) { /* the kernel may stop short (at a page it cannot reach at once, say) */
-        if (write && (rc = ls_comm_failed(c)) != 0)
-            return rc;
+        if (write && __atomic_load_n(&c->state->failed, __ATOMIC_SEQ_CST) != 0) {
+            rc = -1; /* ls_comm_failed's code, once cma_into is clear */
+            break;
+        }
         size_t m = write && n > LS_CMA_PIECE ? LS_CMA_PIECE : n;
         struct iovec l = {local, m}, rm = {(void *)(uintptr_t)remote, m};
+        if (write)
+            stall_write();
         ssize_t got = write ? process_vm_writev(pid, &l, 1, &rm, 1, 0) : process_vm_readv(pid, &l, 1, &rm, 1, 0);
         if (got <= 0) {
             if (got < 0 && errno == EINTR)
                 continue;
-            return ls_comm_fail(c, got < 0 && errno == ESRCH ? LOCKSTEP_EPEERDIED : EIO);
+            rc = got < 0 && errno == ESRCH ? LOCKSTEP_EPEERDIED : EIO;
+            break;
         }
         local += got;
         remote += (uint64_t)got;
         n -= (size_t)got;
     }
-    return 0;
+    if (write)
+        __atomic_store_n(into, 0, __ATOMIC_RELEASE);
+    return rc < 0 ? ls_comm_failed(c) : rc > 0 ? ls_comm_fail(c, rc) : 0;
 }
 
 int ls_cma_read(lockstep_comm_t *c, int r, void *dst, uint64_t at, size_t n)

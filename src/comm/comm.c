@@ -210,7 +210,7 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
 /* ---- liveness, deadlines, failure --------------------------------------------------- */
 
 /* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
-static int pid_alive(pid_t pid)
+int ls_pid_alive(pid_t pid)
 {
     if (pid <= 0)
         return 1; /* not yet recorded: cannot judge */
@@ -236,14 +236,21 @@ uint64_t ls_comm_deadline(const lockstep_comm_t *c)
 int ls_comm_failed(lockstep_comm_t *c)
 {
     uint32_t f = __atomic_load_n(&c->state->failed, __ATOMIC_ACQUIRE);
-    return f ? -(int)f : 0;
+    if (!f)
+        return 0;
+    if (!c->drained) { /* before this rank reports the failure, once */
+        ls_cma_drain(c);
+        c->drained = 1;
+    }
+    return -(int)f;
 }
 
-/* Record code as the segment's failure unless one is recorded already. */
+/* Record code as the segment's failure unless one is recorded already. Sequentially
+ * consistent: a single-copy writer checks it after announcing its write (cma.c). */
 static void seg_fail(ls_seg_state_t *st, int code)
 {
     uint32_t none = 0;
-    __atomic_compare_exchange_n(&st->failed, &none, (uint32_t)code, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    __atomic_compare_exchange_n(&st->failed, &none, (uint32_t)code, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 int ls_comm_fail(lockstep_comm_t *c, int code)
@@ -274,7 +281,7 @@ static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
     if (c->cancel && c->cancel(c->cancel_arg))
         return ECANCELED;
     for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
-        if (r != c->rank && !pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
+        if (r != c->rank && !ls_pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
             return LOCKSTEP_EPEERDIED;
     /* in any other call numbered s, a peer that made call s an eager broadcast */
     if (c->hdr->eager_bytes && !c->in_eager && c->seq)
@@ -609,7 +616,7 @@ static int abandoned(int fd)
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
         ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
         if (h != MAP_FAILED) {
-            dead = h->creator_pid > 0 && !pid_alive(h->creator_pid);
+            dead = h->creator_pid > 0 && !ls_pid_alive(h->creator_pid);
             munmap(h, sizeof *h);
         }
     }
@@ -820,7 +827,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                     if (h != MAP_FAILED) {
                         /* only a finished header from a live creator counts */
                         if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
-                            pid_alive(h->creator_pid)) {
+                            ls_pid_alive(h->creator_pid)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||

@@ -110,7 +110,8 @@ typedef struct ls_ctl {
         int32_t eager_root;       /* its root, as I called it */
         lockstep_waitword_t done; /* the last eager broadcast I finished */
         int32_t fences;           /* at create: registered for global membarrier (comm.c) */
-        char pad[LS_LINE - 32 - 2 * sizeof(lockstep_waitword_t)];
+        int32_t cma_into;         /* 1 + the rank my single-copy write goes into, or 0 (cma.c) */
+        char pad[LS_LINE - 36 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -156,6 +157,8 @@ struct lockstep_comm {
     ls_desc_t desc;
     struct ls_zc_offsets zc;
     int cma_posted;
+    int drained; /* the communicator has failed and no single-copy write into this rank
+                    is under way any more (ls_comm_failed) */
 };
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -196,6 +199,8 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
 /* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
  * switches) */
 int ls_env_set(const char *name);
+/* 0 once pid has exited (a zombie counts as exited); 1 while it runs or cannot be judged */
+int ls_pid_alive(pid_t pid);
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);
 int ls_comm_fail(lockstep_comm_t *c, int code);
@@ -263,6 +268,9 @@ int ls_zc_count(const lockstep_comm_t *c);
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
+/* Once the communicator has failed: wait until no peer is writing into my memory (each
+ * peer's own.cma_into), so that a failed call writes nothing after it returns. */
+void ls_cma_drain(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */
 void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst);

@@ -5,11 +5,16 @@
  * first recorded is the one every rank reports; a rank that exits once it has done its
  * part of a call fails no one; bad arguments and bad rendezvous give their codes;
  * nothing is left in /dev/shm. */
+#define _GNU_SOURCE /* process_vm_readv */
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include "comm_harness.h"
+#include <sys/uio.h>
+
+/* LS_CMA_PIECE (src/comm/comm_impl.h): a single-copy write goes this much per check */
+#define LS_TEST_CMA_PIECE ((size_t)256 * 1024)
 
 /* ---- peer death ------------------------------------------------------------------- */
 
@@ -175,6 +180,92 @@ static void test_announced_death(void)
         }
         CHECK_EQ(shm_entries_with(job), 0);
     }
+}
+
+/* ---- a single-copy write under way when its target fails ------------------------------ */
+
+/* 2 ranks, a PUSH allgather of 1 MiB blocks by single copy: each writes its block into
+ * the other's recv with process_vm_writev. Rank 0's write is held after its check
+ * (LOCKSTEP_TEST_CMA_STALL_MS, perturbation builds only) until well past rank 1's
+ * deadline; rank 1 times out meanwhile. Rank 1 must not return while that piece is
+ * under way: its recv is the same when it returns and once rank 0 has returned too,
+ * and the piece that had passed its check is in it. */
+#ifdef LOCKSTEP_TEST_HOOKS
+static const size_t drain_block = (size_t)1 << 20;
+
+static int drain_body(int rank, int size, const char *job)
+{
+    volatile int64_t *returned = &harness_page()->value[0][1];
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = rank == 1 ? 200 : 120000;
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_TEST_CMA_STALL_MS", "600", 1), 0);
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    unsigned char *send = malloc(drain_block), *recv = calloc(2, drain_block);
+    CHECK(send != NULL && recv != NULL);
+    memset(send, rank == 0 ? 0xa5 : 0x5a, drain_block);
+    int rc = lockstep_comm_allgather(c, send, recv, drain_block, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
+    CHECK_EQ(rc, -ETIMEDOUT); /* rank 1's, recorded first: rank 0 sees it at its next piece */
+    if (rank == 0) {
+        __atomic_store_n(returned, 1, __ATOMIC_RELEASE);
+    } else {
+        uint64_t at_return = digest(recv, drain_block);
+        while (!__atomic_load_n(returned, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        CHECK_EQ(digest(recv, drain_block), at_return); /* nothing landed after the return */
+        CHECK_EQ(recv[0], 0xa5);                        /* the held piece landed before it */
+        CHECK_EQ(recv[LS_TEST_CMA_PIECE], 0);           /* and no piece after it */
+    }
+    lockstep_comm_free(c);
+    free(send);
+    free(recv);
+    return 0;
+}
+
+/* Whether one process may read a sibling's memory, as the ranks' single copy needs */
+static int siblings_can_read(void)
+{
+    static int word = 42;
+    pid_t a = fork();
+    CHECK(a >= 0);
+    if (a == 0) {
+        pause();
+        _exit(0);
+    }
+    pid_t b = fork();
+    CHECK(b >= 0);
+    if (b == 0) {
+        int got = 0;
+        struct iovec l = {&got, sizeof got}, r = {&word, sizeof word};
+        _exit(process_vm_readv(a, &l, 1, &r, 1, 0) == (ssize_t)sizeof got && got == 42 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(waitpid(b, &st, 0) == b);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+#endif
+
+static int test_cma_drain(void)
+{
+#ifndef LOCKSTEP_TEST_HOOKS
+    fprintf(stderr, "skipped: needs a perturbation build (-DLOCKSTEP_PERTURB=ON: the debug preset)\n");
+    return 77;
+#else
+    if (lockstep_cpus_available() < 2 || !siblings_can_read()) {
+        fprintf(stderr, "skipped: single copy needs 2 CPUs and process_vm_readv between siblings\n");
+        return 77;
+    }
+    char job[96];
+    harness_page()->value[0][1] = 0;
+    harness_job(job, sizeof job, "drain");
+    CHECK_EQ(harness_run(drain_body, 2, job, 60, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+    return 0;
+#endif
 }
 
 /* ---- deadline ----------------------------------------------------------------------- */
@@ -804,6 +895,8 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 0, 4); /* all-to-all through the slots */
     } else if (strcmp(t, "announced_death") == 0) {
         test_announced_death();
+    } else if (strcmp(t, "cma_drain") == 0) {
+        return test_cma_drain();
     } else if (strcmp(t, "timeout") == 0) {
         harness_job(job, sizeof job, "late");
         CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
@@ -830,7 +923,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "leave") == 0) {
         test_leave();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
         return 1;
     }
     return 0;

@@ -269,7 +269,10 @@ const char *lockstep_reduce_isa(void);
  * copy per receiver. Such a broadcast of 1 MiB or more among 3 or more ranks is
  * relayed: its pieces pass along the root's order, each receiver copying each piece
  * on into the next receiver's buf once it has it, so the copies run at once instead
- * of all on the root. PULL has no zero-copy form (it was no faster).
+ * of all on the root. Below that, or with 2 ranks, a broadcast whose root's buf lies
+ * in the root's buffer too is shared: the receivers copy from the root's buf (with 2
+ * ranks, half of it each with the root), and the root returns once they all have.
+ * PULL has no zero-copy form (it was no faster).
  * NULL with errno EINVAL (no communicator) or ENOENT (params.buffer_bytes was 0). */
 void *lockstep_comm_buffer(lockstep_comm_t *comm, size_t *bytes);
 

@@ -105,15 +105,19 @@ static void test_peer_death(size_t count, int in_buffer, int call)
 
 /* The kill tests above do not control where in a call the rank dies. Here it dies
  * after its announcement is out, so every other rank gets through the announcement and
- * fails (or not) only where it waits for the dead rank's part. 3 ranks, root 1, 8 MiB;
- * rank 2 calls first and waits for the root in the announcement; its cancel callback,
- * asked after the first wait slice, kills it; the root calls only then.
+ * fails (or not) only where it waits for the dead rank's part. 3 ranks, root 1, 8 MiB
+ * unless said; rank 2 calls first and waits for the root in the announcement; its
+ * cancel callback, asked after the first wait slice, kills it; the root calls only
+ * then.
  *   0: zero-copy PUSH broadcast in the rotated order, relayed along 2, 0: the root
  *      passes every piece to rank 2 and returns 0; rank 0 waits for the pieces rank 2
  *      never passes on and gets -LOCKSTEP_EPEERDIED.
  *   1: PUSH broadcast through the slots: the root waits for every receiver before it
  *      rewrites its ring of pieces (smaller than 8 MiB), so both fail.
  *   2: zero-copy allreduce: both fail.
+ *   3: zero-copy PUSH broadcast of 512 KiB (not relayed) with the root's buf in its
+ *      buffer too: each receiver copies from the root's buf, so the root waits for
+ *      them all before it returns and fails; rank 0 has its copy and returns 0.
  * page value[2][0]: rank 2 is about to die; value[r][1]: rank r's code. */
 static int announced_kind, announced_armed;
 static const size_t announced_bytes = (size_t)8 << 20;
@@ -133,6 +137,7 @@ static int announced_call(lockstep_comm_t *c, char *buf)
     switch (announced_kind) {
     case 0: return lockstep_comm_broadcast(c, buf, announced_bytes, 1, LOCKSTEP_ORDER_ROTATED, LOCKSTEP_PUSH);
     case 1: return lockstep_comm_broadcast(c, buf, announced_bytes, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
+    case 3: return lockstep_comm_broadcast(c, buf, announced_bytes / 16, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH);
     default:
         return lockstep_comm_allreduce(c, buf, buf, announced_bytes / sizeof(float), LOCKSTEP_F32, LOCKSTEP_SUM);
     }
@@ -160,7 +165,11 @@ static int announced_body(int rank, int size, const char *job)
     int rc = announced_call(c, buf);
     CHECK(rank != 2); /* rank 2 dies in its call */
     pg->value[rank][1] = rc;
-    CHECK_EQ(rc, rank == 1 && announced_kind == 0 ? 0 : -LOCKSTEP_EPEERDIED);
+    int survives = announced_kind == 0 ? rank == 1 : announced_kind == 3 ? rank == 0 : 0;
+    CHECK_EQ(rc, survives ? 0 : -LOCKSTEP_EPEERDIED);
+    if (announced_kind == 3 && rank == 0)
+        for (size_t i = 0; i < announced_bytes / 16; i++)
+            CHECK_EQ((unsigned char)buf[i], 0x3c);
     CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EPEERDIED); /* and the communicator stays broken */
     lockstep_comm_free(c);
     if (announced_kind == 1)
@@ -171,7 +180,7 @@ static int announced_body(int rank, int size, const char *job)
 static void test_announced_death(void)
 {
     char job[96];
-    for (announced_kind = 0; announced_kind < 3; announced_kind++) {
+    for (announced_kind = 0; announced_kind < 4; announced_kind++) {
         harness_page()->value[2][0] = 0;
         harness_job(job, sizeof job, "announced");
         if (harness_run(announced_body, 3, job, 60, 1u << 2) != 0) {

@@ -25,14 +25,18 @@
  * copy, from the sender's cache, and none through the slots. A broadcast of RELAY_MIN
  * or more among 3 or more ranks is relayed instead: one step per piece, each receiver
  * passing the piece on to the next in the root's order. A broadcast whose root's buf
- * lies in its buffer too is shared otherwise (shared_broadcast): with 2 ranks the
- * receiver copies half of it from the root's buf while the root copies the other
- * half, with more (under RELAY_MIN) each receiver copies it all; then the root waits
- * until every receiver has its copy. Otherwise every rank
- * takes the copying path, as they all see the same announcements. PULL has no
+ * lies in its buffer too is shared otherwise: with 2 ranks the receiver copies half of
+ * it from the root's buf while the root copies the other half, with more (under
+ * RELAY_MIN) each receiver copies it all; then the root waits until every receiver
+ * has its copy (split_broadcast). Otherwise every rank takes the copying path, as
+ * they all see the same announcements. PULL has no
  * zero-copy form: the receivers reading the sender's buffer themselves was no faster
  * than the slots with fresh data each call (the pipelined broadcast won at 4 ranks by
  * up to 1.8x, the allgather tied; see CHANGELOG).
+ * Single copy, broadcasts of BCAST_CMA_MIN or more between 2 ranks that fit the CPUs
+ * (and not zero-copy): the root writes the first half into the receiver's buf while
+ * the receiver reads the second half from the root's, each a single copy
+ * (split_broadcast).
  * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs and
  * every rank can reach its peers (and not zero-copy PUSH): with PULL each rank reads
  * every peer's block straight from its send into recv, with PUSH it writes its block
@@ -59,6 +63,14 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * PUSH, 1 MiB 0.72-0.73x, 4 MiB 0.96-0.98x. 4 ranks on 2 CPUs lost: PULL with 1 MiB
  * blocks a tie, 4 MiB 1.12-1.16x. */
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
+
+/* The smallest broadcasts 2 ranks move by single copy, half each (cma.c), while they
+ * fit the CPUs. Against the pipelined slots, same processes (median of 9 paired
+ * batches), new data in buf before every call: 2 MiB 0.77x the time, 4 MiB 0.71-0.72x,
+ * 16 MiB 0.72x (PUSH and PULL alike); 512 KiB a tie and 1 MiB 1.01-1.06x. Unchanged
+ * data: 0.30-0.35x at 512 KiB-1 MiB, 0.56x at 4 MiB, 0.61x at 16 MiB. More ranks than 2
+ * fit no CPU count here, so they were not measured and keep the slots. */
+#define BCAST_CMA_MIN ((size_t)2 * 1024 * 1024)
 
 /* Pieces small enough that the receivers start soon after the root; at 2 and 4 ranks,
  * 64 KiB beat 256 KiB and the old step per 1 MiB chunk (see CHANGELOG). */
@@ -134,32 +146,44 @@ static int relay_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root
     return 0;
 }
 
-/* A zero-copy PUSH broadcast whose root's buf lies in its buffer too, not relayed:
- * the receivers share the copying, reading the root's buf. 2 ranks: the root copies
- * the first half into the receiver's buf and the receiver the second half; more: each
- * receiver copies the whole of it and the root none. Against the root copying into
- * every receiver alone, in the same processes (median of 9 paired batches, all
- * buffers in the shared buffer), new data each call: 2 ranks 0.50-0.58x the time from
- * 512 KiB to 16 MiB; 3 ranks at 512 KiB 0.66x, 4 ranks 0.59-0.61x, 8 ranks 0.49x, and
- * 8 ranks at 1 MiB 0.68x; unchanged data: 2 ranks 1 MiB 0.34x, 4 MiB 0.41x, 4 ranks
- * 0.32-0.51x, 8 ranks 0.41-0.52x at 512-768 KiB. From RELAY_MIN, against the relay:
- * new data a tie at 3-8 ranks from 4 MiB but 1.17x at 4 ranks and 1 MiB, so the relay
- * stays. The root returns once every receiver has published its step: they read its
- * buf until then. */
-static int shared_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
-                            uint64_t deadline)
+/* A broadcast in which the receivers read the root's buf and share the copying:
+ *   shared (zero-copy PUSH, the root's buf in its buffer too, not relayed): the
+ *     receivers read it in the root's buffer; 2 ranks: the root copies the first half
+ *     into the receiver's buf and the receiver the second half; more: each receiver
+ *     copies the whole of it and the root none. Against the root copying into every
+ *     receiver alone, in the same processes (median of 9 paired batches, all buffers
+ *     in the shared buffer), new data each call: 2 ranks 0.50-0.58x the time from 512
+ *     KiB to 16 MiB; 3 ranks at 512 KiB 0.66x, 4 ranks 0.59-0.61x, 8 ranks 0.49x, and
+ *     8 ranks at 1 MiB 0.68x; unchanged data: 2 ranks 1 MiB 0.34x, 4 MiB 0.41x, 4 ranks
+ *     0.32-0.51x, 8 ranks 0.41-0.52x at 512-768 KiB. From RELAY_MIN, against the relay:
+ *     new data a tie at 3-8 ranks from 4 MiB but 1.17x at 4 ranks and 1 MiB, so the
+ *     relay stays.
+ *   single copy (2 ranks posted for it, BCAST_CMA_MIN): the same halves, the root's
+ *     written into the receiver's private buf (process_vm_writev) and the receiver's
+ *     read from the root's (process_vm_readv).
+ * The root returns once every receiver has published its step: they read its buf until
+ * then. */
+static int split_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                           int single_copy, uint64_t deadline)
 {
     uint32_t t = ++c->step;
     size_t h = np == 1 ? (bytes / 2 + 63) / 64 * 64 : 0; /* the root's part (bytes > small_bytes >= 256) */
-    int rc;
+    int rc = 0;
     if (c->rank == root) {
-        if (h)
+        if (h && single_copy)
+            rc = ls_cma_write(c, peers[0], buf, 0, h);
+        else if (h)
             ls_comm_copy(c, ls_buf(c, peers[0]) + ls_zc_announced(c, peers[0]).recv, buf, h);
+        if (rc)
+            return rc;
         ls_comm_publish_step(c, t);
         return ls_comm_wait_steps(c, t, deadline);
     }
-    ls_comm_copy(c, buf + h, ls_buf(c, root) + ls_zc_announced(c, root).recv + h, bytes - h);
-    if (h && (rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
+    if (single_copy)
+        rc = ls_cma_read(c, root, buf + h, h, bytes - h);
+    else
+        ls_comm_copy(c, buf + h, ls_buf(c, root) + ls_zc_announced(c, root).recv + h, bytes - h);
+    if (rc || (h && (rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0))
         return rc;
     ls_comm_publish_step(c, t);
     return 0;
@@ -202,6 +226,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     }
 
     post_recv(c, xfer, buf, bytes);
+    ls_cma_post(c, np == 1 && c->cma && c->fits && bytes >= BCAST_CMA_MIN ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
     int relay = xfer == LOCKSTEP_PUSH && np >= 2 && bytes >= RELAY_MIN;
@@ -215,7 +240,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     if (relay && all_posted(c, xfer, root))
         return relay_broadcast(c, buf, bytes, root, chain, deadline);
     if (all_posted(c, xfer, -1))
-        return shared_broadcast(c, buf, bytes, root, peers, np, deadline);
+        return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
     if (all_posted(c, xfer, root)) {
         uint32_t t = ++c->step;
         if (me == root)
@@ -225,6 +250,8 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         ls_comm_publish_step(c, t); /* the root's says its copies are done */
         return 0;
     }
+    if (ls_cma_count(c) == c->size)
+        return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
     size_t piece = c->hdr->chunk_bytes < BCAST_PIECE ? c->hdr->chunk_bytes : BCAST_PIECE;
     size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;
     uint32_t base = c->step;

@@ -889,6 +889,7 @@ int main(int argc, char **argv)
         kill_ranks = lockstep_cpus_available();
         kill_ranks = kill_ranks < 2 ? 2 : kill_ranks > 3 ? 3 : kill_ranks;
         test_peer_death(1u << 21, 0, 0); /* 8 MiB, single copy (process_vm_readv/writev) */
+        test_peer_death(1u << 21, 0, 1); /* push broadcast, 2 ranks: single copy, half each */
         kill_ranks = 3;
         test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */

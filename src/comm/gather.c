@@ -237,11 +237,12 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
-    if (relay && all_posted(c, xfer, root))
+    int zero_copy = all_posted(c, xfer, root);
+    if (zero_copy && relay)
         return relay_broadcast(c, buf, bytes, root, chain, deadline);
-    if (all_posted(c, xfer, -1))
+    if (zero_copy && ls_zc_announced(c, root).recv != LS_NO_OFFSET) /* the root's buf in its buffer too */
         return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
-    if (all_posted(c, xfer, root)) {
+    if (zero_copy) {
         uint32_t t = ++c->step;
         if (me == root)
             push_zero_copy(c, buf, bytes, 0, peers, np);

@@ -173,6 +173,7 @@ class Comm:
         self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
                                  _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
                                  allreduce_small_bytes, buffer_bytes, int(cpu_sharers), broadcast_eager_bytes)
+        self.job = str(job)
         self.rank = self._c.rank
         self.size = self._c.size
         self.allreduce = self._c.allreduce  # no Python frame per call: 0.1 us of 0.3
@@ -306,6 +307,15 @@ class Comm:
 
     def close(self):
         self._c.close()
+
+    @property
+    def closed(self):
+        """True once close() has been called."""
+        return self._c.closed
+
+    def __repr__(self):
+        return (f"Comm(job={self.job!r}, rank={self.rank}, size={self.size}"
+                + (", closed)" if self.closed else ")"))
 
     def __enter__(self):
         return self

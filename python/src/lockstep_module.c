@@ -557,6 +557,12 @@ static PyObject *comm_get_size(CommObject *self, void *closure)
     return c ? PyLong_FromLong(lockstep_comm_size(c)) : NULL;
 }
 
+static PyObject *comm_get_closed(CommObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(!self->comm || self->closed);
+}
+
 static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
@@ -575,6 +581,7 @@ static PyMethodDef comm_methods[] = {
 static PyGetSetDef comm_getset[] = {
     {"rank", (getter)comm_get_rank, NULL, "this process's rank", NULL},
     {"size", (getter)comm_get_size, NULL, "number of ranks", NULL},
+    {"closed", (getter)comm_get_closed, NULL, "whether close() was called (or creation failed)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject CommType = {

@@ -415,8 +415,12 @@ def test_bad_buffers_raise_what_to_fix():
         a = np.arange(5, dtype=np.float32)
         c.allreduce(a)
         assert a.tolist() == [0, 1, 2, 3, 4]
-    c = lockstep.Comm(f"py-closed-{os.getpid()}", 0, 1)
+    job = f"py-closed-{os.getpid()}"
+    c = lockstep.Comm(job, 0, 1)
+    assert not c.closed and repr(c) == f"Comm(job={job!r}, rank=0, size=1)"
     c.close()
+    assert c.closed and repr(c) == f"Comm(job={job!r}, rank=0, size=1, closed)"
+    c.close()  # a second close does nothing
     with pytest.raises(lockstep.CommError, match="closed"):
         c.barrier()
 

@@ -181,7 +181,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
  * (bad params), ETIMEDOUT (peers did not come), LOCKSTEP_EMISMATCH (on every rank
  * that reached create, when one rank's size, slot, buffer or eager sizes differ from
  * rank 0's), ECANCELED (params.cancel asked),
- * EEXIST (a live job already uses the name), ENOSPC (/dev/shm cannot hold the
+ * EEXIST (a live job already uses the name), EBUSY (another process holds this rank
+ * of the job: the job is left as it was), ENOSPC (/dev/shm cannot hold the
  * segment: slots and buffers of every rank, all allocated here), ENOMEM, or the
  * shm_open/mmap errno. Each rank registers its process for membarrier's global
  * expedited command; when every rank could, the calls publish with plain stores and a

@@ -119,6 +119,21 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
             PyErr_Format(CommError, "cannot join the job: /dev/shm has no room for the shared segment "
                          "(buffer_bytes and 2 x (small_bytes + chunk_bytes) per rank): lower buffer_bytes, "
                          "or give /dev/shm more space (docker run --shm-size=...)");
+        else if (errno == EEXIST)
+            PyErr_Format(CommError, "cannot create the job '%s': a live job of that name already runs on this "
+                         "machine; give jobs that run at the same time different names (LOCKSTEP_JOB, or "
+                         "torchrun's MASTER_PORT)", job);
+        else if (errno == EBUSY)
+            PyErr_Format(CommError, "cannot join the job '%s' as rank %d: another process already holds that "
+                         "rank (the same rank given twice, or two jobs started under one name)", job, rank);
+        else if (errno == ETIMEDOUT)
+            PyErr_Format(CommTimeoutError, "cannot join the job '%s': not all of its %d ranks came within the "
+                         "timeout (%lu ms); start every rank, with the same job name and size", job, size,
+                         timeout_ms);
+        else if (errno == LOCKSTEP_EMISMATCH)
+            PyErr_Format(MismatchError, "cannot join the job '%s': its ranks were created with different "
+                         "size, small_bytes, chunk_bytes, allreduce_small_bytes, buffer_bytes or "
+                         "broadcast_eager_bytes; pass the same values on every rank", job);
         else
             raise_code(-errno, "cannot join the job (lockstep_comm_create)");
         return -1;

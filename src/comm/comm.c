@@ -891,11 +891,21 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     }
 
     ls_ctl_t *me = ls_ctl(c, c->rank);
+    /* Claim my rank before writing anything of it: a second process given the same
+     * rank (a mistyped rank, or a job started twice under one name, whose rank 0 got
+     * EEXIST) would otherwise overwrite the first one's line and count as a rank of
+     * its own, and both would run the job's calls on the same slots. It leaves the
+     * name alone, which the job still needs. */
+    int32_t none = 0;
+    if (!__atomic_compare_exchange_n(&me->own.pid, &none, (int32_t)getpid(), 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        err = EBUSY;
+        goto fail;
+    }
     me->own.fences = global_fences_wanted() && ls_wait_global_fences();
     me->own.cpu = sched_getcpu();
     me->own.base = (uint64_t)(uintptr_t)c->base;
     me->own.where = me->ann[0].where = me->ann[1].where = -1; /* unknown: see wait_peers */
-    __atomic_store_n(&me->own.pid, (int32_t)getpid(), __ATOMIC_RELEASE);
     __atomic_fetch_add(&c->state->joined.value, 1u, __ATOMIC_SEQ_CST);
     lockstep_wait_wake(&c->wait, &c->state->joined);
     rc = ls_comm_wait_word(c, -1, &c->state->joined, (uint32_t)c->size, deadline);

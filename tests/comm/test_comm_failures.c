@@ -600,6 +600,39 @@ static int disagree_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* A rank given to two processes: 3 ranks, with processes 1 and 3 both rank 1 (3 a
+ * little later, so most often it is the one refused). Whichever claims the rank second
+ * gets EBUSY and touches nothing of the job: rank 2 comes only after that (value[0][0]
+ * says so), and ranks 0, 1 and 2 then join and reduce their own values exactly. */
+static int duplicate_body(int proc, int size, const char *job)
+{
+    (void)size;
+    volatile int64_t *refused = &harness_page()->value[0][0];
+    int rank = proc == 3 ? 1 : proc;
+    if (proc == 3)
+        usleep(50 * 1000);
+    if (proc == 2) /* the job must still be joining when the second claim comes */
+        for (int i = 0; i < 20000 && __atomic_load_n(refused, __ATOMIC_ACQUIRE) == 0; i++)
+            usleep(1000);
+    lockstep_comm_params_t p = harness_params(rank, 3, job);
+    p.timeout_ms = 30000;
+    errno = 0;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c) {
+        CHECK(rank == 1);
+        CHECK_EQ(errno, EBUSY);
+        CHECK_EQ(__atomic_fetch_add(refused, 1, __ATOMIC_RELEASE), 0); /* only one is refused */
+        return 0;
+    }
+    CHECK_EQ(__atomic_load_n(refused, __ATOMIC_ACQUIRE), 1); /* the other rank 1 was refused */
+    int32_t v = 1 << (4 * rank);
+    CHECK_EQ(lockstep_comm_allreduce(c, &v, &v, 1, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+    CHECK_EQ(v, 0x111);
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    lockstep_comm_free(c);
+    return 0;
+}
+
 /* allreduce_small_bytes = 0: rank 0 picks the switch (32 KiB / (size - 1), at least
  * 512 B, while ranks fit the CPUs, 8 KiB when they outnumber them). A rank that names
  * the same value joins; another value is a mismatch; a rank that leaves it at 0 takes
@@ -716,6 +749,10 @@ static void test_rendezvous(void)
     CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
     CHECK_EQ(shm_entries_with(job), 0);
     disagree_on = 0;
+    harness_job(job, sizeof job, "duplicate");
+    harness_page()->value[0][0] = 0;
+    CHECK_EQ(harness_run(duplicate_body, 4, job, 60, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
     for (auto_switch_mode = 0; auto_switch_mode < 5; auto_switch_mode++) {
         harness_job(job, sizeof job, "auto");
         CHECK_EQ(harness_run(auto_switch_body, 2, job, 30, 0), 0);

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -549,6 +550,58 @@ def test_peers_lists_the_send_order():
         assert sorted(got["random"]) == others and sorted(got["topology"]) == others
     with lockstep.Comm(f"py-peers-{os.getpid()}", 0, 1) as c:
         assert c.peers("topology") == []
+
+
+def test_joining_errors_say_what_to_fix():
+    """A rank whose peers never come, a rank given twice and a name a live job holds:
+    each a specific exception naming the job and the fix (ranks as threads: creating a
+    Comm releases the GIL)."""
+    job = f"py-join-{os.getpid()}"
+    with pytest.raises(lockstep.CommTimeoutError, match=f"cannot join the job '{job}-late': not all of its 2 "
+                                                        "ranks came within the timeout \\(200 ms\\)"):
+        lockstep.Comm(f"{job}-late", 1, 2, timeout=0.2)
+    made, refused = {}, []
+    second = threading.Event()  # a second claim on rank 1 was refused
+
+    def join(name, rank):
+        try:
+            made[name] = lockstep.Comm(job, rank, 3, timeout=30)
+        except lockstep.CommError as e:
+            refused.append((name, str(e)))
+            second.set()
+
+    # two threads as rank 1: whichever claims it second is refused, and rank 2 comes
+    # only after that, so the job is still joining when it happens
+    first = [threading.Thread(target=join, args=(n, r), daemon=True) for n, r in (("0", 0), ("1a", 1), ("1b", 1))]
+    for t in first:
+        t.start()
+    assert second.wait(30)
+    assert len(refused) == 1 and refused[0][0] in ("1a", "1b"), refused
+    assert refused[0][1] == (f"cannot join the job '{job}' as rank 1: another process already holds that rank "
+                             "(the same rank given twice, or two jobs started under one name)")
+    with pytest.raises(lockstep.CommError, match=f"cannot create the job '{job}': a live job of that name "
+                                                 "already runs on this machine"):
+        lockstep.Comm(job, 0, 3, timeout=0.2)
+    join("2", 2)
+    for t in first:
+        t.join(30)
+    assert len(made) == 3 and len(refused) == 1, (made, refused)
+    sums = {}
+
+    def reduce(name):
+        c = made[name]
+        a = np.array([1 << (4 * c.rank)], np.int32)
+        c.allreduce(a)
+        sums[name] = int(a[0])
+
+    workers = [threading.Thread(target=reduce, args=(n,), daemon=True) for n in made]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    assert list(sums.values()) == [0x111] * 3
+    for c in made.values():
+        c.close()
 
 
 def test_from_env_with_a_bad_variable_names_it(monkeypatch):

@@ -38,6 +38,10 @@ different collectives), CommCancelledError (another rank abandoned the call). Af
 of these the communicator is broken on every rank. Ctrl-C (or any signal handler that
 raises) interrupts a call that waits for peers within about 10 ms: that rank gets the
 handler's exception (KeyboardInterrupt), the others CommCancelledError.
+
+A Comm takes one call at a time: a thread that calls while another thread is in a
+call on the same Comm gets RuntimeError (the call in flight goes on). close() during a
+call frees the communicator when that call returns.
 lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
 environment variable (avx512, avx2 or base) caps it.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError

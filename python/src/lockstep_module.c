@@ -42,6 +42,7 @@ typedef struct {
     lockstep_comm_t *comm;
     int closed;            /* close() was called; comm is freed once exports drop to 0 */
     Py_ssize_t exports;    /* live views of the shared buffer (buffer protocol) */
+    int busy;              /* a thread is in a call on comm (see enter) */
 } CommObject;
 
 /* params.cancel: run the signal handlers (Ctrl-C's KeyboardInterrupt) while a call
@@ -157,6 +158,34 @@ static lockstep_comm_t *live(CommObject *self)
     return self->comm;
 }
 
+/* One call at a time per communicator (comm.h). Calls run without the GIL, and a short
+ * one made with it lets other threads run while it waits (py_cancel), so a second
+ * thread may come in while one waits: it gets RuntimeError and the call in flight goes
+ * on, where both would otherwise step on one sequence and slots. A close() meanwhile
+ * frees comm when the call leaves. busy and closed change only under the GIL. 0, or -1
+ * with the error set. */
+static int enter(CommObject *self, const char *what)
+{
+    if (!live(self))
+        return -1;
+    if (self->busy) {
+        PyErr_Format(PyExc_RuntimeError, "%s: another thread is in a call on this Comm; a communicator takes one "
+                     "call at a time (give each thread its own Comm, or hold a lock around the calls)", what);
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static void leave(CommObject *self)
+{
+    self->busy = 0;
+    if (self->closed && self->exports == 0 && self->comm) {
+        lockstep_comm_free(self->comm);
+        self->comm = NULL;
+    }
+}
+
 /* The buffer protocol: this rank's shared buffer (params.buffer_bytes), writable bytes.
  * Views keep the mapping alive: close() with views left frees it when the last goes. */
 static int comm_getbuffer(CommObject *self, Py_buffer *view, int flags)
@@ -183,7 +212,7 @@ static int comm_getbuffer(CommObject *self, Py_buffer *view, int flags)
 static void comm_releasebuffer(CommObject *self, Py_buffer *view)
 {
     (void)view;
-    if (--self->exports == 0 && self->closed) {
+    if (--self->exports == 0 && self->closed && !self->busy) {
         lockstep_comm_free(self->comm);
         self->comm = NULL;
     }
@@ -211,6 +240,8 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
         return NULL;
     }
     int rc;
+    if (enter(self, "allreduce") != 0)
+        return NULL;
     if (count <= 4096) { /* short calls: not worth releasing the GIL */
         rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
     } else {
@@ -218,6 +249,7 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
         rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
         Py_END_ALLOW_THREADS
     }
+    leave(self);
     if (rc)
         return raise_code(rc, "allreduce");
     Py_RETURN_NONE;
@@ -250,9 +282,12 @@ static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args
         return NULL;
     }
     int rc;
+    if (enter(self, "reduce_scatter") != 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_reduce_scatter(c, send, recv, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
     Py_END_ALLOW_THREADS
+    leave(self);
     if (rc == -EINVAL) {
         PyErr_SetString(PyExc_ValueError, "reduce_scatter: recv overlaps send other than as this rank's block");
         return NULL;
@@ -373,6 +408,10 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
     }
     size_t count = (size_t)(v.len / v.itemsize);
     int rc;
+    if (enter(self, "allreduce") != 0) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
     if (v.len <= 16384) {
         rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
     } else {
@@ -380,6 +419,7 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
         rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
         Py_END_ALLOW_THREADS
     }
+    leave(self);
     PyBuffer_Release(&v);
     if (rc)
         return raise_code(rc, "allreduce");
@@ -399,9 +439,14 @@ static PyObject *comm_broadcast(CommObject *self, PyObject *args)
     if (writable_buffer(obj, &v, "broadcast") != 0)
         return NULL;
     int rc;
+    if (enter(self, "broadcast") != 0) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_broadcast(c, v.buf, (size_t)v.len, root, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
     Py_END_ALLOW_THREADS
+    leave(self);
     PyBuffer_Release(&v);
     if (rc)
         return raise_code(rc, "broadcast");
@@ -444,9 +489,15 @@ static PyObject *comm_allgather(CommObject *self, PyObject *args)
                      s.len * size, r.len);
         return NULL;
     }
+    if (enter(self, "allgather") != 0) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&r);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_allgather(c, s.buf, r.buf, (size_t)s.len, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
     Py_END_ALLOW_THREADS
+    leave(self);
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
     if (rc)
@@ -473,9 +524,15 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args)
         PyBuffer_Release(&r);
         return NULL;
     }
+    if (enter(self, "alltoall") != 0) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&r);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_alltoall(c, s.buf, r.buf, (size_t)(s.len / size));
     Py_END_ALLOW_THREADS
+    leave(self);
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
     if (rc)
@@ -490,9 +547,12 @@ static PyObject *comm_barrier(CommObject *self, PyObject *unused)
     if (!c)
         return NULL;
     int rc;
+    if (enter(self, "barrier") != 0)
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_barrier(c);
     Py_END_ALLOW_THREADS
+    leave(self);
     if (rc)
         return raise_code(rc, "barrier");
     Py_RETURN_NONE;
@@ -535,11 +595,16 @@ static PyObject *comm_bench_allreduce(CommObject *self, PyObject *args)
     if (!buf)
         return PyErr_NoMemory();
     int rc = 0;
+    if (enter(self, "bench_allreduce") != 0) {
+        PyMem_Free(buf);
+        return NULL;
+    }
     uint64_t t0 = lockstep_now_ns();
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < iters && rc == 0; i++)
         rc = lockstep_comm_allreduce(c, buf, buf, (size_t)count, LOCKSTEP_F32, LOCKSTEP_SUM);
     Py_END_ALLOW_THREADS
+    leave(self);
     uint64_t dt = lockstep_now_ns() - t0;
     PyMem_Free(buf);
     if (rc)
@@ -551,7 +616,7 @@ static PyObject *comm_close(CommObject *self, PyObject *unused)
 {
     (void)unused;
     self->closed = 1;
-    if (self->exports == 0) { /* else the last view's release frees it */
+    if (self->exports == 0 && !self->busy) { /* else the last view's release, or the call, frees it */
         lockstep_comm_free(self->comm);
         self->comm = NULL;
     }
@@ -578,6 +643,12 @@ static PyObject *comm_get_closed(CommObject *self, void *closure)
     return PyBool_FromLong(!self->comm || self->closed);
 }
 
+static PyObject *comm_get_busy(CommObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->busy);
+}
+
 static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
@@ -597,6 +668,7 @@ static PyGetSetDef comm_getset[] = {
     {"rank", (getter)comm_get_rank, NULL, "this process's rank", NULL},
     {"size", (getter)comm_get_size, NULL, "number of ranks", NULL},
     {"closed", (getter)comm_get_closed, NULL, "whether close() was called (or creation failed)", NULL},
+    {"busy", (getter)comm_get_busy, NULL, "whether a thread is in a call on this communicator", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject CommType = {

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -602,6 +603,39 @@ def test_joining_errors_say_what_to_fix():
     assert list(sums.values()) == [0x111] * 3
     for c in made.values():
         c.close()
+
+
+def test_a_second_thread_in_a_call_is_refused_and_close_waits_for_the_first():
+    job = f"py-busy-{os.getpid()}"
+    made = {}
+    joins = [threading.Thread(target=lambda r=r: made.setdefault(r, lockstep.Comm(job, r, 2, timeout=30)),
+                              daemon=True) for r in (0, 1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(30)
+    c0, c1 = made[0], made[1]
+    assert not c0._c.busy
+    out = []
+    first = threading.Thread(target=lambda: out.append(c0.barrier()), daemon=True)
+    first.start()  # waits for rank 1 in the barrier
+    deadline = time.monotonic() + 20
+    while not c0._c.busy:
+        assert time.monotonic() < deadline, "the first thread never entered its barrier"
+        time.sleep(0.001)
+    with pytest.raises(RuntimeError, match="allreduce: another thread is in a call on this Comm; a communicator "
+                                           "takes one call at a time"):
+        c0.allreduce(np.ones(4, np.float32))
+    with pytest.raises(RuntimeError, match="barrier: another thread"):
+        c0.barrier()
+    c0.close()  # the first thread's barrier goes on; the communicator is freed when it leaves
+    assert c0.closed
+    c1.barrier()  # rank 1 comes: the first thread's barrier ends well
+    first.join(30)
+    assert out == [None] and not c0._c.busy
+    with pytest.raises(lockstep.CommError, match="closed"):
+        c0.barrier()
+    c1.close()
 
 
 def test_from_env_with_a_bad_variable_names_it(monkeypatch):

@@ -27,8 +27,10 @@ def main(argv=None):
     ap.add_argument("target", help="script (or module with -m)")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
-    if a.nproc < 1:
-        ap.error("-n must be at least 1")
+    from lockstep import _lockstep
+    if not 1 <= a.nproc <= _lockstep.MAX_RANKS:
+        ap.error(f"-n must be from 1 to {_lockstep.MAX_RANKS} (the most ranks a communicator has), "
+                 f"not {a.nproc}")
     port = str(free_port())
     procs = []
     for r in range(a.nproc):

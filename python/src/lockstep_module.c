@@ -761,6 +761,7 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyModule_AddObject(m, "MismatchError", Py_NewRef(MismatchError));
     PyModule_AddObject(m, "CommCancelledError", Py_NewRef(CancelledError));
     PyModule_AddStringConstant(m, "version", lockstep_version());
+    PyModule_AddIntConstant(m, "MAX_RANKS", LOCKSTEP_COMM_MAX_RANKS);
     if (lockstep_py_add_load(m) != 0) {
         Py_DECREF(m);
         return NULL;

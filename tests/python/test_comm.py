@@ -523,6 +523,11 @@ def test_launcher_sets_the_variables(tmp_path):
     bad.write_text("import sys, os; sys.exit(5 if os.environ['LOCAL_RANK'] == '1' else 0)\n")
     r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(bad)], timeout=120)
     assert r.returncode == 5
+    for n in ("0", "257"):  # refused before any process starts
+        r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", n, str(bad)], timeout=120,
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and f"-n must be from 1 to 256 (the most ranks a communicator has), not {n}" \
+            in r.stderr, r.stderr
 
 
 def test_from_env_without_a_launcher_says_what_to_do():

@@ -72,21 +72,28 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
 }
 
 /* Single copy (every rank's c->cma, ranks that fit the CPUs, no pool, no shared
- * buffers, at least SINGLE_COPY_MIN bytes): as zero-copy, each rank reduces its 1/N
- * of the elements over every rank's send into every rank's recv, but through the
- * kernel, from and to the peers' private memory: process_vm_readv of its part of
- * each peer's send into my chunk slots (free: no peer reads them in this call, nor
- * still from my last once all have announced), the reduction into my recv,
- * process_vm_writev of the result into each peer's recv. Piece by piece, so that the
- * pieces stay in the cache between the three. One step ends the call, as zero-copy's.
- * Only rank me touches elements [lo, hi) of any rank's buffers, so in place is safe. */
-/* 2 ranks, against the slots in the same processes (median of 9 paired batches, two
- * orders), with new data in send before every call: 64 KiB 1.34-1.41x the time, 256
- * KiB a tie, 384 KiB 0.90-0.93x, 512 KiB 0.94-0.95x, 1 MiB 0.83x, 4 MiB 0.78-0.81x,
- * 16 MiB 0.76-0.81x. (With the same data every call it won from 64 KiB: 0.70-0.80x;
- * but that flatters it, see LS_CMA_MIN.) With more ranks than CPUs it lost with
- * unchanged data (4 ranks on 2: 128 KiB 1.45-1.6x, 16 MiB 1.16-1.2x). */
-#define SINGLE_COPY_MIN ((size_t)512 * 1024)
+ * buffers, at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16): as
+ * zero-copy, each rank reduces its 1/N of the elements over every rank's send into
+ * every rank's recv, but through the kernel, from and to the peers' private memory:
+ * process_vm_readv of its part of each peer's send into my chunk slots (free: no peer
+ * reads them in this call, nor still from my last once all have announced), the
+ * reduction into my recv, process_vm_writev of the result into each peer's recv.
+ * Piece by piece, so that the pieces stay in the cache between the three. One step
+ * ends the call, as zero-copy's. Only rank me touches elements [lo, hi) of any rank's
+ * buffers, so in place is safe. */
+/* 2 ranks, against the slots in the same processes (median of 9 paired batches), with
+ * new data in send before every call, f32: 128-160 KiB 1.16-1.23x the time, 176 KiB a
+ * tie, 192-384 KiB 0.93-0.97x, 512 KiB 0.93-0.97x, 1 MiB 0.82-0.85x, 4 MiB 0.82x (i32
+ * alike: 256 KiB 0.94-0.97x); with the same data every call 0.55-0.66x from 128 KiB
+ * (that flatters it, see LS_CMA_MIN). f16 and bf16 reduce more slowly, and the slots
+ * overlap that better: new data, f16 256 KiB a tie, 512 KiB 0.99x, 1 MiB 0.91x; bf16
+ * 256-384 KiB 1.07-1.13x, 512 KiB 1.10x, 1 MiB a tie, 4 MiB 0.88x; both keep 512 KiB,
+ * where bf16 trades that 1.10x for 0.73x with the same data. On the first machine f32
+ * tied at 256 KiB and won from 384 KiB.
+ * With more ranks than CPUs it lost (4 ranks on 2, unchanged data: 128 KiB 1.45-1.6x,
+ * 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB 1.21x; only 4 MiB won, 0.93x). */
+#define SINGLE_COPY_MIN ((size_t)256 * 1024)      /* f32, i32 */
+#define SINGLE_COPY_MIN_HALF ((size_t)512 * 1024) /* f16, bf16 */
 
 static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
                                  lockstep_dtype_t dtype, lockstep_op_t op)
@@ -156,7 +163,7 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     int small = bytes <= c->hdr->allreduce_small;
-    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= SINGLE_COPY_MIN;
+    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= (es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN);
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */

@@ -211,10 +211,10 @@ int lockstep_comm_reduce_scatter(lockstep_comm_t *comm, const void *send, void *
 /* recv[k * bytes .. (k+1) * bytes) = rank k's send[rank * bytes .. (rank+1) * bytes):
  * send and recv hold size blocks of bytes, block d of send for rank d (MPI_Alltoall).
  * send and recv must not overlap. Zero-copy when both lie in the buffer on every rank;
- * otherwise blocks of 512 KiB or more (128 KiB when ranks outnumber the CPUs) are read
- * from the peers' memory in one copy (process_vm_readv: same user, where the system
+ * otherwise blocks of 8 KiB or more (32 KiB when ranks outnumber the CPUs) are written
+ * into the peers' recv in one copy (process_vm_writev: same user, where the system
  * allows it; set LOCKSTEP_NO_CMA=1 to go through shared memory). Returns the codes
- * allreduce returns, and -EIO when a peer's send cannot be read (a bad pointer on that
+ * allreduce returns, and -EIO when a block cannot be moved (a bad pointer on some
  * rank). */
 int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes);
 
@@ -222,7 +222,7 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
  * From 512 KiB, while ranks fit the CPUs and no pool or buffer is involved, each rank
  * reads its part of the peers' sends and writes the result into their recvs in one
- * copy (process_vm_readv/writev, as the all-to-all; LOCKSTEP_NO_CMA=1 turns it off).
+ * copy (process_vm_readv/writev; LOCKSTEP_NO_CMA=1 turns it off).
  * A peer still inside such a call when this rank's fails (its deadline, say) checks
  * for the failure before each piece it writes (256 KiB at most), and this rank waits
  * for a piece already under way before it returns the error, so nothing lands in recv

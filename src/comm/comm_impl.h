@@ -254,16 +254,20 @@ int ls_zc_count(const lockstep_comm_t *c);
  * and destination and its c->cma next to the zero-copy offsets before announcing;
  * after the announcement it moves data that way only if every rank posted c->cma, so
  * every rank takes the same path. */
-/* The smallest blocks an all-to-all reads this way: LS_CMA_MIN_FITS while ranks fit
+/* The smallest blocks an all-to-all writes this way: LS_CMA_MIN_FITS while ranks fit
  * the CPUs, LS_CMA_MIN when they outnumber them. Measured against the slots in the
- * same processes (median of 7-9 paired batches, two orders) with new data written
- * into send before every call, as an inference step does: unchanged data flatters the
- * single copy (its lines stay clean and end up cached on the reader's core: 2 ranks,
- * 16 KiB blocks 0.60x the slots' time unchanged, 1.3x new). 2 ranks, new data: blocks
- * of 16-64 KiB 1.15-1.47x the time, 256 KiB a tie, 1 MiB 0.81-0.83x; 4 ranks on 2
- * CPUs: 32 KiB 0.9-1.37x, 128 KiB 0.91x, 512 KiB 0.78-0.81x, 1 MiB 0.76-0.77x. */
-#define LS_CMA_MIN ((size_t)128 * 1024)
-#define LS_CMA_MIN_FITS ((size_t)512 * 1024)
+ * same processes (median of 9 paired batches) with new data written into send before
+ * every call, as an inference step does (unchanged data flatters single copies: their
+ * lines stay clean and end up cached on the other core). 2 ranks: blocks of 4 KiB
+ * 1.36-1.43x the time, 8 KiB 0.82x, 16-256 KiB 0.57-0.68x, 512 KiB 0.61x (unchanged
+ * data: 8 KiB 0.76x, 16-256 KiB 0.48-0.63x); 4 ranks on 2 CPUs: 16 KiB 1.07-1.09x, 32
+ * KiB 0.90-0.98x, 48-64 KiB 0.76-0.79x, 256 KiB 0.81x; 8 ranks, 64 KiB 0.90-0.93x.
+ * The writer's copy is the cheaper one: its source lines are in its own cache, where a
+ * reader would fetch them from the writer's. Reading (each rank its block of every
+ * peer's send, process_vm_readv) lost to the slots with new data up to 256 KiB blocks
+ * at 2 ranks (16-64 KiB 1.15-1.47x), and took 1.6x the writes' time at 512 KiB. */
+#define LS_CMA_MIN ((size_t)32 * 1024)
+#define LS_CMA_MIN_FITS ((size_t)8 * 1024)
 /* ls_cma_write moves at most this per system call, each after a check that the call
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)

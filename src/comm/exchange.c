@@ -26,13 +26,10 @@
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
  * Single copy (all-to-all of blocks of LS_CMA_MIN or more, LS_CMA_MIN_FITS while ranks
- * fit the CPUs, when no rank passed buffers and every rank can read its peers: cma.c):
- * each rank reads its block of every peer's send straight into recv with
- * process_vm_readv, and one step ends the call. Through the slots every block is
- * copied twice, and with unchanged data large all-to-alls took 1.3-2.7x OpenMPI's
- * time (which reads this way too), single copy 0.91-0.96x (quick runs, 64 and 256 KiB
- * blocks, 2 and 4 ranks); but with new data in every call the slots win up to 256
- * KiB blocks at 2 ranks (see LS_CMA_MIN). */
+ * fit the CPUs, when no rank passed buffers and every rank can reach its peers: cma.c):
+ * each rank writes block k of its send straight into rank k's recv with
+ * process_vm_writev, and one step ends the call (every recv is complete). Through the
+ * slots every block is copied twice (see LS_CMA_MIN for the measurements). */
 #include <errno.h>
 #include <string.h>
 
@@ -126,22 +123,22 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         copy_parts(c, send, count, 0, count < piece ? count : piece, piece, es, ls_chunk(c, me, first));
     ls_zc_post(c, zmine.send, zmine.recv);
     if (alltoall && !small)
-        ls_cma_post(c, cma_try ? send : NULL, NULL);
+        ls_cma_post(c, cma_try ? send : NULL, recv);
     if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
         return rc;
     int zc = ls_zc_count(c); /* ranks with buffers */
     int late = zc + (alltoall && !small ? ls_cma_count(c) : 0); /* ranks that did not copy in before announcing */
     uint64_t deadline = ls_comm_deadline(c);
 
-    if (alltoall && zc == 0 && late == N) { /* single copy: my block from every send */
-        char *out = recv;
+    if (alltoall && zc == 0 && late == N) { /* single copy: each of my blocks into its rank's recv */
+        const char *in_blocks = send;
         for (int i = 1; i < N; i++) {
             int k = (me + i) % N; /* rotated: ranks start on different peers */
-            if ((rc = ls_cma_read(c, k, out + (size_t)k * bytes, (uint64_t)me * bytes, bytes)) != 0)
+            if ((rc = ls_cma_write(c, k, in_blocks + (size_t)k * bytes, (uint64_t)me * bytes, bytes)) != 0)
                 return rc;
         }
-        ls_comm_copy(c, out + (size_t)me * bytes, mine_in, bytes);
-        return ls_comm_step(c, deadline); /* nobody reads my send after this */
+        ls_comm_copy(c, (char *)recv + (size_t)me * bytes, mine_in, bytes);
+        return ls_comm_step(c, deadline); /* every recv is complete, nobody writes into mine */
     }
 
     if (zc == N) {

@@ -933,7 +933,7 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 1, 2); /* zero-copy push allgather */
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
-        test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_readv) */
+        test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_writev) */
         test_peer_death(1u << 21, 0, 5); /* single-copy pull allgather (process_vm_readv) */
         test_peer_death(1u << 21, 0, 2); /* single-copy push allgather (process_vm_writev) */
         kill_no_cma = 1;

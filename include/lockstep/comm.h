@@ -220,9 +220,10 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
 
 /* recv[i] = op over ranks of send[i], i < count. send == recv is in place; otherwise
  * the buffers must not overlap. count == 0 still synchronises the call numbering.
- * From 512 KiB, while ranks fit the CPUs and no pool or buffer is involved, each rank
- * reads its part of the peers' sends and writes the result into their recvs in one
- * copy (process_vm_readv/writev; LOCKSTEP_NO_CMA=1 turns it off).
+ * From 256 KiB (512 KiB for f16 and bf16), while ranks fit the CPUs and no pool or
+ * buffer is involved, each rank reads its part of the peers' sends and writes the
+ * result into their recvs in one copy (process_vm_readv/writev; LOCKSTEP_NO_CMA=1
+ * turns it off).
  * A peer still inside such a call when this rank's fails (its deadline, say) checks
  * for the failure before each piece it writes (256 KiB at most), and this rank waits
  * for a piece already under way before it returns the error, so nothing lands in recv

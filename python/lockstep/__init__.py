@@ -42,6 +42,7 @@ handler's exception (KeyboardInterrupt), the others CommCancelledError.
 A Comm takes one call at a time: a thread that calls while another thread is in a
 call on the same Comm gets RuntimeError (the call in flight goes on). close() during a
 call frees the communicator when that call returns.
+
 lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
 environment variable (avx512, avx2 or base) caps it.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError

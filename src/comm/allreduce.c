@@ -163,7 +163,8 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     int small = bytes <= c->hdr->allreduce_small;
-    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= (es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN);
+    size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
+    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= cma_min;
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */

@@ -60,9 +60,9 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * the slots, in the same processes (median of 9 paired batches), new data in send
  * before every call: PULL, blocks of 320 KiB 1.21x the time, 512 KiB 1.06x (on the
  * first machine 1.07-1.15x), 1-8 MiB 0.88-0.90x (unchanged data: 0.49-0.58x from 320
- * KiB); PUSH, which copies twice as much through the slots, 160-224 KiB 0.60-0.65x,
- * 320-512 KiB 0.57-0.58x (unchanged data 0.45-0.60x). PUSH blocks under 128 KiB take
- * the small path (see params_default). 4 ranks on 2 CPUs lost: PULL with 1 MiB blocks
+ * KiB); PUSH, 160-224 KiB 0.60-0.65x, 320-512 KiB 0.57-0.58x (unchanged data
+ * 0.45-0.60x): the writer's copy is the cheaper one (see LS_CMA_MIN). At 2 ranks PUSH
+ * blocks up to 128 KiB take the small path (see params_default). 4 ranks on 2 CPUs lost: PULL with 1 MiB blocks
  * a tie, 4 MiB 1.12-1.16x. */
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
 #define ALLGATHER_CMA_MIN_PUSH ((size_t)128 * 1024)

@@ -29,10 +29,10 @@
  * it from the root's buf while the root copies the other half, with more (under
  * RELAY_MIN) each receiver copies it all; then the root waits until every receiver
  * has its copy (split_broadcast). Otherwise every rank takes the copying path, as
- * they all see the same announcements. PULL has no
- * zero-copy form: the receivers reading the sender's buffer themselves was no faster
- * than the slots with fresh data each call (the pipelined broadcast won at 4 ranks by
- * up to 1.8x, the allgather tied; see CHANGELOG).
+ * they all see the same announcements. PULL has no zero-copy form: the receivers
+ * reading the sender's buffer themselves was no faster than the slots with fresh data
+ * each call (the pipelined broadcast won at 4 ranks by up to 1.8x, the allgather tied;
+ * see CHANGELOG).
  * Single copy, broadcasts of BCAST_CMA_MIN or more between 2 ranks that fit the CPUs
  * (and not zero-copy): the root writes the first half into the receiver's buf while
  * the receiver reads the second half from the root's, each a single copy
@@ -62,8 +62,8 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * first machine 1.07-1.15x), 1-8 MiB 0.88-0.90x (unchanged data: 0.49-0.58x from 320
  * KiB); PUSH, 160-224 KiB 0.60-0.65x, 320-512 KiB 0.57-0.58x (unchanged data
  * 0.45-0.60x): the writer's copy is the cheaper one (see LS_CMA_MIN). At 2 ranks PUSH
- * blocks up to 128 KiB take the small path (see params_default). 4 ranks on 2 CPUs lost: PULL with 1 MiB blocks
- * a tie, 4 MiB 1.12-1.16x. */
+ * blocks up to 128 KiB take the small path (see params_default). 4 ranks on 2 CPUs
+ * lost: PULL with 1 MiB blocks a tie, 4 MiB 1.12-1.16x. */
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
 #define ALLGATHER_CMA_MIN_PUSH ((size_t)128 * 1024)
 
@@ -229,7 +229,10 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     }
 
     post_recv(c, xfer, buf, bytes);
-    ls_cma_post(c, np == 1 && c->cma && c->fits && bytes >= BCAST_CMA_MIN ? buf : NULL, buf);
+    /* only 2 ranks post for single copy; np is the same on every rank, so the others
+     * need not count the posts after announcing */
+    int cma_try = np == 1 && c->cma && c->fits && bytes >= BCAST_CMA_MIN;
+    ls_cma_post(c, cma_try ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
     int relay = xfer == LOCKSTEP_PUSH && np >= 2 && bytes >= RELAY_MIN;
@@ -254,7 +257,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
         ls_comm_publish_step(c, t); /* the root's says its copies are done */
         return 0;
     }
-    if (ls_cma_count(c) == c->size)
+    if (np == 1 && ls_cma_count(c) == c->size)
         return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
     size_t piece = c->hdr->chunk_bytes < BCAST_PIECE ? c->hdr->chunk_bytes : BCAST_PIECE;
     size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;

@@ -274,6 +274,10 @@ const char *lockstep_reduce_isa(void);
  * of all on the root. Below that, or with 2 ranks, a broadcast whose root's buf lies
  * in the root's buffer too is shared: the receivers copy from the root's buf (with 2
  * ranks, half of it each with the root), and the root returns once they all have.
+ * That shared form also runs up to small_bytes when the root's buf lies in its buffer
+ * and (size - 1) * bytes is 576 KiB or more (else the small slots carry it); if some
+ * receiver's buf does not, the root copies into the slots after announcing, one
+ * synchronisation more.
  * PULL has no zero-copy form (it was no faster).
  * NULL with errno EINVAL (no communicator) or ENOENT (params.buffer_bytes was 0). */
 void *lockstep_comm_buffer(lockstep_comm_t *comm, size_t *bytes);

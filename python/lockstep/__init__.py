@@ -22,7 +22,8 @@ another communicator), pass their total, these ranks included, as cpu_sharers=N:
 more of them than CPUs, waits yield the CPU at once instead of spinning on it.
 
 Broadcast and allgather with xfer="push" go zero-copy too when the receivers' arrays
-are buffer views (past 256 KiB for broadcast, the small_bytes default). Otherwise keep
+are buffer views (a broadcast past 256 KiB, the small_bytes default, or from 576 KiB
+for all receivers together if the root's array is one too). Otherwise keep
 the default xfer="pull": pushing through shared memory copies every block twice, and a
 broadcast's copies all on the root (see lockstep/comm.h).
 

@@ -123,13 +123,15 @@ static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 Ki
  * everything in the buffer; only the root's buf; only the receivers' (PUSH's
  * zero-copy broadcast, relayed from 1 MiB at 3 ranks or more); only sends, or only
  * recvs (PUSH's zero-copy allgather); odd ranks in private memory (the copying path).
- * Sizes either side of small_bytes (256 KiB) and of the relay's 1 MiB, at offsets that
- * differ per rank, every root, the four modes of a size in the four orders (the relay
- * follows the root's), with copying allreduces in between, which share the step
+ * Sizes either side of the small PUSH's zero-copy (576 KiB for all receivers: 4 ranks
+ * from 192 KiB, 8 from 100003 B; there, only the root's buf in the buffer is the late
+ * copy into the slots), of small_bytes (256 KiB) and of the relay's 1 MiB, at offsets
+ * that differ per rank, every root, the four modes of a size in the four orders (the
+ * relay follows the root's), with copying allreduces in between, which share the step
  * words and chunk slots. */
 static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, size_t cap)
 {
-    static const size_t bsizes[] = {100003, 262144, 262145, 1000003, 1048576, 1310721};
+    static const size_t bsizes[] = {100003, 196607, 196608, 262144, 262145, 1000003, 1048576, 1310721};
     static const size_t gsizes[] = {1000, 65537, 300007};
     size_t most = 1310721 + 300007 * (size_t)(size + 1) + 4096;
     char *priv = malloc(most);

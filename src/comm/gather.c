@@ -19,21 +19,21 @@
  * follows its reads.
  *
  * Zero-copy PUSH, when every receiver's buffer lies in its lockstep_comm_buffer (each
- * at any offset, which its announcement carries): a broadcast past small_bytes (or
- * from SMALL_ZERO_COPY_MIN for all receivers together, when the root's buf lies in
- * its buffer too), or an allgather past the small path. The sender copies straight into each receiver's
- * buffer, in the order, and one step tells that all copies are done. Per receiver one
- * copy, from the sender's cache, and none through the slots. A broadcast of RELAY_MIN
- * or more among 3 or more ranks is relayed instead: one step per piece, each receiver
- * passing the piece on to the next in the root's order. A broadcast whose root's buf
- * lies in its buffer too is shared otherwise: with 2 ranks the receiver copies half of
- * it from the root's buf while the root copies the other half, with more (under
- * RELAY_MIN) each receiver copies it all; then the root waits until every receiver
- * has its copy (split_broadcast). Otherwise every rank takes the copying path, as
- * they all see the same announcements. PULL has no zero-copy form: the receivers
- * reading the sender's buffer themselves was no faster than the slots with fresh data
- * each call (the pipelined broadcast won at 4 ranks by up to 1.8x, the allgather tied;
- * see CHANGELOG).
+ * at any offset, which its announcement carries): a broadcast past small_bytes (or from
+ * SMALL_ZERO_COPY_MIN for all receivers together, when the root's buf lies in its
+ * buffer too), or an allgather past the small path. The sender copies straight into
+ * each receiver's buffer, in the order, and one step tells that all copies are done.
+ * Per receiver one copy, from the sender's cache, and none through the slots. A
+ * broadcast of RELAY_MIN or more among 3 or more ranks is relayed instead: one step per
+ * piece, each receiver passing the piece on to the next in the root's order. A
+ * broadcast whose root's buf lies in its buffer too is shared otherwise: with 2 ranks
+ * the receiver copies half of it from the root's buf while the root copies the other
+ * half, with more (under RELAY_MIN) each receiver copies it all; then the root waits
+ * until every receiver has its copy (split_broadcast). Otherwise every rank takes the
+ * copying path, as they all see the same announcements. PULL has no zero-copy form: the
+ * receivers reading the sender's buffer themselves was no faster than the slots with
+ * fresh data each call (the pipelined broadcast won at 4 ranks by up to 1.8x, the
+ * allgather tied; see CHANGELOG).
  * Single copy, broadcasts of BCAST_CMA_MIN or more between 2 ranks that fit the CPUs
  * (and not zero-copy): the root writes the first half into the receiver's buf while
  * the receiver reads the second half from the root's, each a single copy

@@ -177,13 +177,19 @@ static int enter(CommObject *self, const char *what)
     return 0;
 }
 
-static void leave(CommObject *self)
+/* After close(), the last of the views and the call in flight frees comm. */
+static void free_when_done(CommObject *self)
 {
-    self->busy = 0;
-    if (self->closed && self->exports == 0 && self->comm) {
+    if (self->closed && self->exports == 0 && !self->busy && self->comm) {
         lockstep_comm_free(self->comm);
         self->comm = NULL;
     }
+}
+
+static void leave(CommObject *self)
+{
+    self->busy = 0;
+    free_when_done(self);
 }
 
 /* The buffer protocol: this rank's shared buffer (params.buffer_bytes), writable bytes.
@@ -212,10 +218,8 @@ static int comm_getbuffer(CommObject *self, Py_buffer *view, int flags)
 static void comm_releasebuffer(CommObject *self, Py_buffer *view)
 {
     (void)view;
-    if (--self->exports == 0 && self->closed && !self->busy) {
-        lockstep_comm_free(self->comm);
-        self->comm = NULL;
-    }
+    self->exports--;
+    free_when_done(self);
 }
 
 static PyBufferProcs comm_as_buffer = {(getbufferproc)comm_getbuffer, (releasebufferproc)comm_releasebuffer};
@@ -616,10 +620,7 @@ static PyObject *comm_close(CommObject *self, PyObject *unused)
 {
     (void)unused;
     self->closed = 1;
-    if (self->exports == 0 && !self->busy) { /* else the last view's release, or the call, frees it */
-        lockstep_comm_free(self->comm);
-        self->comm = NULL;
-    }
+    free_when_done(self); /* else the last view's release, or the call in flight, frees it */
     Py_RETURN_NONE;
 }
 

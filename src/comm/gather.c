@@ -209,6 +209,13 @@ static int split_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root
     return 0;
 }
 
+/* A small PUSH broadcast's root: buf into every receiver's small slot b */
+static void copy_to_slots(lockstep_comm_t *c, const char *buf, size_t bytes, const int *peers, int np, unsigned b)
+{
+    for (int i = 0; i < np; i++)
+        memcpy(ls_small(c, peers[i], b), buf, bytes);
+}
+
 /* A PUSH broadcast of SMALL_ZERO_COPY_MIN up to small_bytes whose root's buf lies in
  * its buffer, after the announcement: if every receiver's does too, zero-copy as a
  * larger one (split_broadcast), else the root copies into every receiver's small slot
@@ -222,8 +229,7 @@ static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root
     uint32_t t = ++c->step;
     int rc;
     if (c->rank == root)
-        for (int i = 0; i < np; i++)
-            memcpy(ls_small(c, peers[i], b), buf, bytes);
+        copy_to_slots(c, buf, bytes, peers, np, b);
     else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
         return rc;
     else
@@ -262,8 +268,7 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
             else if (xfer == LOCKSTEP_PULL)
                 memcpy(ls_small(c, me, b), buf, bytes);
             else
-                for (int i = 0; i < np; i++)
-                    memcpy(ls_small(c, peers[i], b), buf, bytes);
+                copy_to_slots(c, buf, bytes, peers, np, b);
         }
         if (posts) /* after the copy, as for allreduce */
             ls_zc_post(c, LS_NO_OFFSET, where);

@@ -303,10 +303,12 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
 
 /* recv[r * bytes .. (r+1) * bytes) = rank r's send, on every rank. recv holds
  * size * bytes; send may be recv + rank * bytes (in place). xfer as for broadcast.
- * Blocks of 1 MiB or more, while ranks fit the CPUs (and not zero-copy), move in one
- * copy between the ranks' own memory: PULL reads the peers' sends (process_vm_readv),
- * PUSH writes into their recvs (process_vm_writev, in pieces of 256 KiB at most, as
- * the allreduce's); LOCKSTEP_NO_CMA=1 turns it off. */
+ * Past the small path (and not zero-copy), blocks move in one copy between the
+ * ranks' own memory: with PULL, blocks of 1 MiB or more while ranks fit the CPUs, each
+ * rank reads the peers' sends (process_vm_readv); with PUSH, blocks of 128 KiB or more
+ * (64 KiB when ranks outnumber the CPUs), each rank writes its block into the peers'
+ * recvs (process_vm_writev, in pieces of 256 KiB at most, as the allreduce's).
+ * LOCKSTEP_NO_CMA=1 turns it off. */
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 

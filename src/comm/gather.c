@@ -38,10 +38,11 @@
  * (and not zero-copy): the root writes the first half into the receiver's buf while
  * the receiver reads the second half from the root's, each a single copy
  * (split_broadcast).
- * Single copy, allgathers of ALLGATHER_CMA_MIN or more (PUSH: ALLGATHER_CMA_MIN_PUSH)
- * while ranks fit the CPUs and every rank can reach its peers (and not zero-copy
- * PUSH): with PULL each rank reads every peer's block straight from its send into
- * recv, with PUSH it writes its block into every peer's recv; one step ends the call.
+ * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs (PUSH:
+ * ALLGATHER_CMA_MIN_PUSH, or ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED when ranks outnumber
+ * them) and every rank can reach its peers (and not zero-copy PUSH): with PULL each
+ * rank reads every peer's block straight from its send into recv, with PUSH it writes
+ * its block into every peer's recv; one step ends the call.
  * The transfer is part of the call (the descriptor's op field): ranks that disagree on
  * it fail with LOCKSTEP_EMISMATCH, as they would copy from slots no one wrote. */
 #include <errno.h>
@@ -55,18 +56,25 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
 }
 
 /* The smallest blocks an allgather moves straight between the ranks' own memory
- * (cma.c), and only while ranks fit the CPUs: PULL reads each peer's block from its
- * send (process_vm_readv), PUSH writes mine into each peer's recv (process_vm_writev),
- * so each block is copied once instead of twice through the slots. 2 ranks against
- * the slots, in the same processes (median of 9 paired batches), new data in send
- * before every call: PULL, blocks of 320 KiB 1.21x the time, 512 KiB 1.06x (on the
- * first machine 1.07-1.15x), 1-8 MiB 0.88-0.90x (unchanged data: 0.49-0.58x from 320
- * KiB); PUSH, 160-224 KiB 0.60-0.65x, 320-512 KiB 0.57-0.58x (unchanged data
- * 0.45-0.60x): the writer's copy is the cheaper one (see LS_CMA_MIN). At 2 ranks PUSH
- * blocks up to 128 KiB take the small path (see params_default). 4 ranks on 2 CPUs
- * lost: PULL with 1 MiB blocks a tie, 4 MiB 1.12-1.16x. */
+ * (cma.c): PULL reads each peer's block from its send (process_vm_readv), only while
+ * ranks fit the CPUs; PUSH writes mine into each peer's recv (process_vm_writev), at
+ * any rank count. Each block is copied once instead of twice through the slots (PUSH:
+ * N - 1 copies per rank instead of 2 * (N - 1)). Against the slots, in the same
+ * processes (median of 7-9 paired batches), new data in send before every call:
+ *   2 ranks, PULL: blocks of 320 KiB 1.21x the time, 512 KiB 1.06x (on the first
+ *   machine 1.07-1.15x), 1-8 MiB 0.88-0.90x (unchanged data: 0.49-0.58x from 320
+ *   KiB); PUSH: 160-224 KiB 0.60-0.65x, 320-512 KiB 0.57-0.58x (unchanged data
+ *   0.45-0.60x): the writer's copy is the cheaper one (see LS_CMA_MIN). At 2 ranks
+ *   PUSH blocks up to 128 KiB take the small path (see params_default).
+ *   Ranks outnumbering CPUs, PUSH: 3 ranks on 2 CPUs, blocks of 96 KiB 0.97x, 128
+ *   KiB 0.55-0.68x, 256 KiB-4 MiB 0.72-0.74x (unchanged data 0.62-0.88x); 4 ranks,
+ *   80 KiB-1 MiB 0.71-0.80x, 4 MiB 0.90x (unchanged 0.53-0.90x); 8 ranks, 64 KiB-1
+ *   MiB 0.74-0.85x (unchanged 0.57-0.69x). Smaller blocks take the small path there
+ *   (total up to small_bytes: 4 ranks up to 64 KiB blocks, 8 ranks 32 KiB).
+ *   PULL lost at 4 ranks on 2 CPUs: 1 MiB blocks a tie, 4 MiB 1.12-1.16x. */
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
 #define ALLGATHER_CMA_MIN_PUSH ((size_t)128 * 1024)
+#define ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED ((size_t)64 * 1024)
 
 /* The smallest broadcasts 2 ranks move by single copy, half each (cma.c), while they
  * fit the CPUs. Against the pipelined slots, same processes (median of 9 paired
@@ -393,8 +401,10 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
 
     post_recv(c, xfer, out, total);
     /* every rank posts, so that every rank counts the same (bytes is the same on all) */
-    size_t cma_min = xfer == LOCKSTEP_PUSH ? ALLGATHER_CMA_MIN_PUSH : ALLGATHER_CMA_MIN;
-    int cma_try = c->cma && c->fits && bytes >= cma_min;
+    size_t cma_min = xfer == LOCKSTEP_PULL ? ALLGATHER_CMA_MIN
+                     : c->fits             ? ALLGATHER_CMA_MIN_PUSH
+                                           : ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED;
+    int cma_try = c->cma && (c->fits || xfer == LOCKSTEP_PUSH) && bytes >= cma_min;
     ls_cma_post(c, cma_try ? in : NULL, out);
     if ((rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;

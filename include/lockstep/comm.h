@@ -25,7 +25,10 @@
  * A communicator of one rank touches no shared memory: allreduce and allgather copy
  * send to recv, bit for bit (nothing in place), broadcast and barrier return at once.
  *
- * Threading: one thread at a time may call into a communicator. */
+ * Threading: one thread at a time may call into a communicator. A call made while
+ * another thread's call on it runs returns -EBUSY at once and touches nothing; the
+ * call in flight goes on. lockstep_comm_free and lockstep_comm_peers are not checked:
+ * free a communicator only once every call on it has returned. */
 #ifndef LOCKSTEP_COMM_H
 #define LOCKSTEP_COMM_H
 

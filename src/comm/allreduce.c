@@ -121,8 +121,8 @@ static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *rec
     return ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
 }
 
-int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
-                            lockstep_dtype_t dtype, lockstep_op_t op)
+static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count, lockstep_dtype_t dtype,
+                     lockstep_op_t op)
 {
     size_t es = lockstep_dtype_size(dtype);
     if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
@@ -233,4 +233,11 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
         c->busy = (int)cb;
     }
     return 0;
+}
+
+int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
+                            lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, allreduce(c, send, recv, count, dtype, op));
 }

@@ -994,10 +994,8 @@ void lockstep_comm_free(lockstep_comm_t *c)
     free(c);
 }
 
-int lockstep_comm_barrier(lockstep_comm_t *c)
+static int barrier(lockstep_comm_t *c)
 {
-    if (!c)
-        return -EINVAL;
     if (c->size == 1)
         return ls_comm_failed(c);
     /* announce without waiting, so a peer in a different call sees the mismatch; then
@@ -1025,4 +1023,10 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
     if (rc)
         return rc;
     return ls_comm_verify(c); /* everyone has announced by now */
+}
+
+int lockstep_comm_barrier(lockstep_comm_t *c)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, barrier(c));
 }

@@ -129,6 +129,7 @@ struct lockstep_comm {
     uint32_t seq, step;
     int after_eager;   /* my last call was an eager broadcast (read by every call: kept
                           on the line of the fields every call reads) */
+    int entered;       /* a thread is in a call (ls_comm_enter) */
     uint64_t timeout_ns;
     lockstep_wait_t wait;
     ls_seg_hdr_t *hdr;
@@ -160,6 +161,25 @@ struct lockstep_comm {
     int drained; /* the communicator has failed and no single-copy write into this rank
                     is under way any more (ls_comm_failed) */
 };
+
+/* One thread at a time in a communicator's calls (comm.h). A thread that comes in
+ * while another's call runs gets -EBUSY, and the call in flight goes on; before, both
+ * ran one sequence of calls on the same slots, which ended in a mismatch on every rank
+ * or, when the calls happened to pair up, in wrong data and no error at all. An atomic
+ * exchange, so that of two threads coming in at once exactly one is refused. Every
+ * public call is `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
+static inline int ls_comm_enter(lockstep_comm_t *c)
+{
+    if (!c)
+        return -EINVAL;
+    return __atomic_exchange_n(&c->entered, 1, __ATOMIC_ACQUIRE) ? -EBUSY : 0;
+}
+
+static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
+{
+    __atomic_store_n(&c->entered, 0, __ATOMIC_RELEASE);
+    return rc;
+}
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
 {

@@ -182,10 +182,10 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     return 0;
 }
 
-int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *recv, size_t count,
-                                 lockstep_dtype_t dtype, lockstep_op_t op)
+static int reduce_scatter(lockstep_comm_t *c, const void *send, void *recv, size_t count, lockstep_dtype_t dtype,
+                          lockstep_op_t op)
 {
-    int rc = c ? ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size) : -EINVAL;
+    int rc = ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size);
     if (rc)
         return rc;
     size_t es = lockstep_dtype_size(dtype), bytes = count * es;
@@ -195,9 +195,9 @@ int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *rec
     return exchange(c, &x, send, recv);
 }
 
-int lockstep_comm_alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t bytes)
+static int alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t bytes)
 {
-    if (!c || (bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
+    if ((bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
         return -EINVAL;
     size_t total = bytes * (size_t)c->size;
     if (ls_overlap(send, recv, total))
@@ -206,4 +206,17 @@ int lockstep_comm_alltoall(lockstep_comm_t *c, const void *send, void *recv, siz
         return ls_comm_alone(c, recv, send, bytes);
     struct xchg x = {LS_CALL_ALLTOALL, LOCKSTEP_F32, LOCKSTEP_SUM, bytes, 1};
     return exchange(c, &x, send, recv);
+}
+
+int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *recv, size_t count,
+                                 lockstep_dtype_t dtype, lockstep_op_t op)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, reduce_scatter(c, send, recv, count, dtype, op));
+}
+
+int lockstep_comm_alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t bytes)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, alltoall(c, send, recv, bytes));
 }

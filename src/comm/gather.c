@@ -246,10 +246,10 @@ static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root
     return 0;
 }
 
-int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root,
-                            lockstep_order_t order, lockstep_xfer_t xfer)
+static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
+                     lockstep_xfer_t xfer)
 {
-    if (!c || (bytes && !buf) || root < 0 || root >= c->size || bad_order(order, xfer))
+    if ((bytes && !buf) || root < 0 || root >= c->size || bad_order(order, xfer))
         return -EINVAL;
     if (c->size == 1) /* alone: buf already holds the root's bytes */
         return ls_comm_failed(c);
@@ -351,10 +351,10 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
     return 0;
 }
 
-int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes,
-                            lockstep_order_t order, lockstep_xfer_t xfer)
+static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes, lockstep_order_t order,
+                     lockstep_xfer_t xfer)
 {
-    if (!c || (bytes && (!send || !recv)) || bad_order(order, xfer) ||
+    if ((bytes && (!send || !recv)) || bad_order(order, xfer) ||
         bytes > SIZE_MAX / (size_t)c->size)
         return -EINVAL;
     int N = c->size, me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
@@ -449,4 +449,18 @@ int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, si
         c->busy = (int)b;
     }
     return 0;
+}
+
+int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
+                            lockstep_xfer_t xfer)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, broadcast(c, buf, bytes, root, order, xfer));
+}
+
+int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes,
+                            lockstep_order_t order, lockstep_xfer_t xfer)
+{
+    int rc = ls_comm_enter(c);
+    return rc ? rc : ls_comm_leave(c, allgather(c, send, recv, bytes, order, xfer));
 }

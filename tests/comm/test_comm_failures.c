@@ -7,6 +7,7 @@
  * nothing is left in /dev/shm. */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -370,6 +371,80 @@ static void test_cancel(void)
         CHECK_EQ(harness_run(cancel_body, 2, job, 60, 0), 0);
         CHECK_EQ(shm_entries_with(job), 0);
     }
+}
+
+/* ---- busy: one thread at a time ------------------------------------------------------ */
+
+/* Rank 0's second thread waits in a barrier that rank 1 joins only later; rank 0's
+ * cancel callback, asked between the wait's slices, says that thread is in the call.
+ * Rank 0's main thread then makes every call on the same communicator: each gets
+ * -EBUSY and leaves its buffers alone. The barrier in flight still ends with 0 once
+ * rank 1 comes, and both ranks then reduce exactly. page value[0][0]: rank 1 may come. */
+static int busy_inside;
+
+static int busy_note(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&busy_inside, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static void *busy_barrier(void *arg)
+{
+    return (void *)(intptr_t)lockstep_comm_barrier(arg);
+}
+
+static int busy_body(int rank, int size, const char *job)
+{
+    volatile int64_t *go = &harness_page()->value[0][0];
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 30000;
+    p.cancel = busy_note;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    int32_t x[4] = {7, 7, 7, 7}, y[8] = {0};
+    if (rank == 0) {
+        __atomic_store_n(&busy_inside, 0, __ATOMIC_RELAXED); /* create may have asked it */
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, busy_barrier, c), 0);
+        while (!__atomic_load_n(&busy_inside, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        CHECK_EQ(lockstep_comm_allreduce(c, x, x, 4, LOCKSTEP_I32, LOCKSTEP_SUM), -EBUSY);
+        CHECK_EQ(lockstep_comm_broadcast(c, x, sizeof x, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), -EBUSY);
+        CHECK_EQ(lockstep_comm_allgather(c, x, y, sizeof x, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH), -EBUSY);
+        CHECK_EQ(lockstep_comm_reduce_scatter(c, x, y, 2, LOCKSTEP_I32, LOCKSTEP_SUM), -EBUSY);
+        CHECK_EQ(lockstep_comm_alltoall(c, x, y, 8), -EBUSY);
+        CHECK_EQ(lockstep_comm_barrier(c), -EBUSY);
+        for (int i = 0; i < 8; i++) {
+            CHECK(i >= 4 || x[i] == 7);
+            CHECK_EQ(y[i], 0);
+        }
+        *go = 1;
+        void *rc;
+        CHECK_EQ(pthread_join(t, &rc), 0);
+        CHECK_EQ((intptr_t)rc, 0);
+    } else {
+        while (!*go)
+            usleep(1000);
+        CHECK_EQ(lockstep_comm_barrier(c), 0);
+        for (int i = 0; i < 4; i++)
+            x[i] = 5;
+    }
+    CHECK_EQ(lockstep_comm_allreduce(c, x, x, 4, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(x[i], 12);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_busy(void)
+{
+    char job[96];
+    harness_page()->value[0][0] = 0;
+    harness_job(job, sizeof job, "busy");
+    CHECK_EQ(harness_run(busy_body, 2, job, 60, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
 }
 
 /* ---- leave: a peer that does its part and exits is no failure ----------------------- */
@@ -968,8 +1043,10 @@ int main(int argc, char **argv)
         test_race();
     } else if (strcmp(t, "leave") == 0) {
         test_leave();
+    } else if (strcmp(t, "busy") == 0) {
+        test_busy();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy\n", argv[0]);
         return 1;
     }
     return 0;

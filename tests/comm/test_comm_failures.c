@@ -1009,8 +1009,10 @@ int main(int argc, char **argv)
         test_peer_death(1u << 21, 0, 3); /* chunked reduce-scatter */
         test_peer_death(1u << 21, 1, 4); /* zero-copy all-to-all */
         test_peer_death(1u << 21, 0, 4); /* single-copy all-to-all (process_vm_writev) */
-        test_peer_death(1u << 21, 0, 5); /* single-copy pull allgather (process_vm_readv) */
-        test_peer_death(1u << 21, 0, 2); /* single-copy push allgather (process_vm_writev) */
+        test_peer_death(1u << 21, 0, 5); /* pull allgather: single copy (process_vm_readv) where
+                                          * 3 ranks fit the CPUs, else through the slots */
+        test_peer_death(1u << 21, 0, 2); /* single-copy push allgather (process_vm_writev),
+                                          * at any CPU count */
         kill_no_cma = 1;
         test_peer_death(1u << 21, 0, 0); /* 8 MiB through the slots: killed between chunk steps */
         test_peer_death(1u << 21, 0, 4); /* all-to-all through the slots */

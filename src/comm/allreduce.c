@@ -125,7 +125,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
                      lockstep_op_t op)
 {
     size_t es = lockstep_dtype_size(dtype);
-    if (!c || !es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
+    if (!es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) ||
         count > SIZE_MAX / es)
         return -EINVAL;
     size_t bytes = count * es;

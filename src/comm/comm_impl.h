@@ -23,6 +23,7 @@
 #ifndef LOCKSTEP_COMM_IMPL_H
 #define LOCKSTEP_COMM_IMPL_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -163,9 +164,9 @@ struct lockstep_comm {
 };
 
 /* One thread at a time in a communicator's calls (comm.h). A thread that comes in
- * while another's call runs gets -EBUSY, and the call in flight goes on; before, both
- * ran one sequence of calls on the same slots, which ended in a mismatch on every rank
- * or, when the calls happened to pair up, in wrong data and no error at all. An atomic
+ * while another's call runs gets -EBUSY, and the call in flight goes on; let in, both
+ * would run one sequence of calls on the same slots, which ends in a mismatch on every
+ * rank or, when the calls happen to pair up, in wrong data and no error. An atomic
  * exchange, so that of two threads coming in at once exactly one is refused. Every
  * public call is `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
 static inline int ls_comm_enter(lockstep_comm_t *c)

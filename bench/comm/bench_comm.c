@@ -6,18 +6,24 @@
  *                                communicator's shared buffer (zero-copy)
  *                                and lockstep-mpi: lockstep_mpi_allreduce (comm_mpi.h)
  *                                on this one node, which is the node's lockstep_comm
- *                                plus lockstep_mpi's own cost; and, up to 256 B while
- *                                ranks fit the CPUs, bare-exchange: the exchange of
- *                                lockstep's small path and nothing else (copy in, a
- *                                flag, spin on the peers' flags, sum every rank's
- *                                array in rank order, its own from a private copy)
- *                                in an MPI shared window, without lockstep's
- *                                descriptor check, deadline, liveness checks or wait
- *                                policy. It shows how much of a small call is the
- *                                memory traffic itself on this machine, and so what
- *                                ratio against OpenMPI is reachable at all. (Past
- *                                256 B lockstep may split the work between ranks, and
- *                                this exchange is no floor.)
+ *                                plus lockstep_mpi's own cost; and, up to 256 B,
+ *                                bare-exchange: the exchange of lockstep's small path
+ *                                and nothing else (copy in, a flag, wait for the
+ *                                peers' flags, sum every rank's array in rank order,
+ *                                its own from a private copy) in an MPI shared window,
+ *                                without lockstep's descriptor check, deadline,
+ *                                liveness checks or wait policy. It waits by spinning
+ *                                while ranks fit the CPUs, and by sched_yield when they
+ *                                outnumber them (a rank that spins there holds the CPU
+ *                                its missing peer needs). It shows how much of a small
+ *                                call is the memory traffic itself on this machine, and
+ *                                so what ratio against OpenMPI is reachable at all.
+ *                                Where ranks outnumber CPUs it is a reference, not a
+ *                                floor: what a plain exchange pays in process switches
+ *                                (lockstep's wait, which spins briefly while every
+ *                                missing peer last ran on another CPU, may beat it).
+ *                                (Past 256 B lockstep may split the work between
+ *                                ranks, and this exchange is no floor.)
  *   reduce_scatter_<N>r       — f32 sum, lockstep_comm_reduce_scatter vs
  *                                MPI_Reduce_scatter_block; param: one rank's block
  *   alltoall_<N>r             — lockstep_comm_alltoall vs MPI_Alltoall; param: one block;
@@ -53,6 +59,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,14 +85,15 @@ struct ctx {
     int with_eager;    /* broadcasts: the eager row too */
     unsigned char gen; /* what they write */
     int size;
+    int bare_yield;          /* ranks outnumber CPUs: the bare exchange yields as it waits */
     struct bare_rank **bare; /* every rank's part of the shared window, or NULL */
     uint32_t bare_seq;
 };
 
 /* The bare exchange (bare-exchange rows), call s: rank r copies its array into
  * bare[r]->slot[s & 1], stores s in bare[r]->flag[s & 1] (a release store, as
- * lockstep's publish with the ranks' asymmetric fences), spins until every peer's
- * flag says s, and sums all arrays in rank order, its own from a private copy (as
+ * lockstep's publish with the ranks' asymmetric fences), waits until every peer's
+ * flag says s (spinning, or with sched_yield when ranks outnumber CPUs), and sums all arrays in rank order, its own from a private copy (as
  * lockstep reads its own input from send), the others from their slots. A slot is
  * rewritten two calls later, after every rank has flagged the call between, so after
  * it finished reading this one. */
@@ -108,8 +116,11 @@ static int do_bare(struct ctx *c)
     for (int r = 0; r < c->size; r++) {
         uint64_t spins = 0, give_up = 0;
         while (__atomic_load_n(&c->bare[r]->flag[b][0], __ATOMIC_ACQUIRE) != s) {
+            if (c->bare_yield)
+                sched_yield();
 #if defined(__x86_64__)
-            __builtin_ia32_pause();
+            else
+                __builtin_ia32_pause();
 #endif
             if (++spins % 65536 == 0) { /* no deadlock in a benchmark either */
                 uint64_t t = lockstep_now_ns();
@@ -317,25 +328,23 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
-    /* the bare exchange spins without yielding: only while every rank has a CPU */
     MPI_Win bare_win = MPI_WIN_NULL;
     c.size = size;
-    if (size <= lockstep_cpus_available()) {
-        struct bare_rank *mine = NULL;
-        c.bare = calloc((size_t)size, sizeof *c.bare);
-        if (!c.bare || MPI_Win_allocate_shared((MPI_Aint)sizeof *mine, 128, MPI_INFO_NULL, MPI_COMM_WORLD, &mine,
-                                               &bare_win) != MPI_SUCCESS) {
-            fprintf(stderr, "bench_comm rank %d: no shared window for the bare exchange\n", rank);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        memset(mine, 0, sizeof *mine);
-        for (int r = 0; r < size; r++) {
-            MPI_Aint len;
-            int unit;
-            MPI_Win_shared_query(bare_win, r, &len, &unit, &c.bare[r]);
-        }
-        MPI_Barrier(MPI_COMM_WORLD); /* every part zeroed before any flag is read */
+    c.bare_yield = size > lockstep_cpus_available();
+    struct bare_rank *mine = NULL;
+    c.bare = calloc((size_t)size, sizeof *c.bare);
+    if (!c.bare || MPI_Win_allocate_shared((MPI_Aint)sizeof *mine, 128, MPI_INFO_NULL, MPI_COMM_WORLD, &mine,
+                                           &bare_win) != MPI_SUCCESS) {
+        fprintf(stderr, "bench_comm rank %d: no shared window for the bare exchange\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    memset(mine, 0, sizeof *mine);
+    for (int r = 0; r < size; r++) {
+        MPI_Aint len;
+        int unit;
+        MPI_Win_shared_query(bare_win, r, &len, &unit, &c.bare[r]);
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* every part zeroed before any flag is read */
     c.z = lockstep_comm_buffer(c.ls[0], NULL);
     c.zrecv = max_bytes / 4;
     c.a = aligned_alloc(4096, max_bytes * (size_t)size + 4096);
@@ -352,7 +361,7 @@ int main(int argc, char **argv)
         snprintf(w, sizeof w, "allreduce_%dr", size);
         double r[MAXIMPL][REPS];
         int it = iters_for(bytes);
-        int nimpl = c.bare && bytes <= BARE_MAX ? 9 : 8;
+        int nimpl = bytes <= BARE_MAX ? 9 : 8;
         for (int i = 0; i < nimpl; i++)
             batch(do_allreduce, &c, i, it / 4 + 1);
         for (int rep = 0; rep < REPS; rep++)

@@ -1,0 +1,56 @@
+"""The comm report's targets (tools/lockstep comm_targets): each judged on the rows it is
+given, with the sizes that missed and the Python overhead, exactly as printed."""
+import importlib.machinery
+import importlib.util
+import os
+
+from conftest import ROOT
+
+
+def report():
+    loader = importlib.machinery.SourceFileLoader("lockstep_report", os.path.join(ROOT, "tools", "lockstep"))
+    spec = importlib.util.spec_from_loader("lockstep_report", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def row(workload, impl, param, median):
+    return {"workload": workload, "impl": impl, "param": param, "median": median, "unit": "us"}
+
+
+def test_targets_met_missed_and_absent():
+    m = report()
+    rows = [
+        row("allreduce_2r", "openmpi", 4, 1.0), row("allreduce_2r", "lockstep", 4, 0.7),  # at the bound: met
+        row("allreduce_2r", "openmpi", 1024, 2.0), row("allreduce_2r", "lockstep", 1024, 1.0),
+        row("allreduce_2r", "openmpi", 1 << 20, 100.0), row("allreduce_2r", "lockstep", 1 << 20, 101.0),
+        row("allreduce_4r", "openmpi", 64, 2.0), row("allreduce_4r", "lockstep", 64, 1.2),
+        row("allreduce_4r", "lockstep-buffer", 64, 0.8),
+        row("allreduce_4r", "openmpi", 4 << 20, 1000.0), row("allreduce_4r", "lockstep", 4 << 20, 650.0),
+        row("allreduce_4r", "lockstep-buffer", 4 << 20, 250.0),
+        row("allreduce_4r", "lockstep", 512 << 20, 1.0),  # past the range: not judged
+        row("python_overhead_2r", "c", 64, 0.2), row("python_overhead_2r", "python", 64, 0.5),
+        row("python_overhead_4r", "c", 64, 1.0), row("python_overhead_4r", "python", 64, 2.75),
+        row("python_overhead_8r", "python", 64, 1.0),  # no C row: not measured
+    ]
+    assert m.comm_targets(rows) == [
+        "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: met at all 2 sizes (worst 0.70x at 4 B)",
+        "allreduce_2r lockstep, 1 MiB-16 MiB, <= 1.00x OpenMPI: missed at 1 MiB 1.01x",
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x",
+        "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI: met at all 2 sizes (worst 0.40x at 64 B)",
+        "python_overhead_2r, 64 B, Python's allreduce <= 1.5 us over the C call: met (0.30 us)",
+        "python_overhead_4r, 64 B, Python's allreduce <= 1.5 us over the C call: missed (1.75 us)",
+        "python_overhead_8r, 64 B, Python's allreduce <= 1.5 us over the C call: not measured",
+    ]
+
+
+def test_targets_without_rows():
+    m = report()
+    lines = m.comm_targets([row("allreduce_2r", "lockstep", 4, 1.0)])  # no baseline row
+    assert lines == [f"{w} {impl}, {lo}-{hi}, <= {x} OpenMPI: not measured" for w, impl, lo, hi, x in (
+        ("allreduce_2r", "lockstep", "4 B", "256 KiB", "0.70x"),
+        ("allreduce_2r", "lockstep", "1 MiB", "16 MiB", "1.00x"),
+        ("allreduce_4r", "lockstep", "4 B", "16 MiB", "0.50x"),
+        ("allreduce_4r", "lockstep-buffer", "4 B", "16 MiB", "0.50x"))]
+    assert m.size_name(3) == "3 B" and m.size_name(1536) == "1536 B" and m.size_name(2048) == "2 KiB"

@@ -46,6 +46,24 @@ static void copy_in(lockstep_comm_t *c, const char *src, size_t n, size_t es, ch
     ls_comm_copy(c, slot + hi * es, src + hi * es, (n - hi) * es);
 }
 
+/* The small path with 3 or more ranks: every peer's slot is asked for before the
+ * reduction starts, so that its misses overlap instead of coming one input at a time
+ * (the reduction reads the inputs one after the other), as long as all of them
+ * together are at most PREFETCH_MAX bytes. Against not asking, same processes (median
+ * of 7-9 paired batches, both orders): 3 ranks on 2 CPUs, 256 B 0.90-0.98x the time,
+ * 1 KiB 0.84-0.95x, 2 KiB 0.86-0.89x, 4 KiB 0.87-0.98x; 4 ranks, 256 B-1 KiB
+ * 0.91-0.96x, 2 KiB 0.90-0.99x, but 4 KiB a tie and 8 KiB 1.08x; 8 ranks, 128 B-1
+ * KiB 0.94-0.99x, 2 KiB a tie. With 2 ranks (one input, read in one pass anyway) it
+ * lost: 4-8 KiB 1.14-1.19x. */
+#define PREFETCH_MAX ((size_t)8 * 1024)
+
+static void prefetch_peers(const void *const *in, int N, int me, size_t bytes)
+{
+    for (int k = 0; k < N; k++)
+        for (size_t at = 0; k != me && at < bytes; at += 64)
+            __builtin_prefetch((const char *)in[k] + at);
+}
+
 /* Below this an all-buffer call still takes the small path: its one synchronisation
  * beats zero-copy's two. 2 ranks: 512 B 0.7 against 0.9 us, 1 KiB 1.2 against 0.9;
  * 4 ranks on 2 CPUs: 1 KiB 3.8 against 3.7, 2 KiB 5.0 against 4.7 (scratch runs,
@@ -202,6 +220,8 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         }
         for (int k = 0; k < N; k++)
             in[k] = k == me ? send : ls_small(c, k, b);
+        if (N > 2 && bytes * (size_t)(N - 1) <= PREFETCH_MAX)
+            prefetch_peers(in, N, me, bytes);
         ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;
     }

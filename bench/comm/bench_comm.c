@@ -86,17 +86,17 @@ struct ctx {
     unsigned char gen; /* what they write */
     int size;
     int bare_yield;          /* ranks outnumber CPUs: the bare exchange yields as it waits */
-    struct bare_rank **bare; /* every rank's part of the shared window, or NULL */
+    struct bare_rank **bare; /* every rank's part of the shared window */
     uint32_t bare_seq;
 };
 
 /* The bare exchange (bare-exchange rows), call s: rank r copies its array into
  * bare[r]->slot[s & 1], stores s in bare[r]->flag[s & 1] (a release store, as
  * lockstep's publish with the ranks' asymmetric fences), waits until every peer's
- * flag says s (spinning, or with sched_yield when ranks outnumber CPUs), and sums all arrays in rank order, its own from a private copy (as
- * lockstep reads its own input from send), the others from their slots. A slot is
- * rewritten two calls later, after every rank has flagged the call between, so after
- * it finished reading this one. */
+ * flag says s (spinning, or with sched_yield when ranks outnumber CPUs), and sums all
+ * arrays in rank order, its own from a private copy (as lockstep reads its own input
+ * from send), the others from their slots. A slot is rewritten two calls later, after
+ * every rank has flagged the call between, so after it finished reading this one. */
 #define BARE_MAX 256
 struct bare_rank {
     uint32_t flag[2][32]; /* one 128-byte line each */

@@ -260,10 +260,13 @@ const char *lockstep_reduce_isa(void);
 /* This rank's shared buffer (params.buffer_bytes of it, rounded up to 4 KiB; *bytes
  * receives the size when bytes is not NULL), page-aligned and zero-filled at create,
  * valid until lockstep_comm_free. Every rank's buffer is mapped by every rank. An
- * allreduce of 1 KiB or more whose send and recv lie inside the caller's buffer on
- * every rank (each rank at any offset, in place or not) runs zero-copy: each rank
- * reduces 1/size of the elements straight from every rank's send into every rank's
- * recv, and one synchronisation more ends the call. No copies through the slots:
+ * allreduce of at least 1 KiB times the ranks per CPU (1 while ranks fit the CPUs; 4
+ * ranks on 2 CPUs: 2 KiB), or of more than allreduce_small_bytes if that is less,
+ * whose send and recv lie inside the caller's buffer on every rank (each rank at any
+ * offset, in place or not) runs zero-copy: each rank reduces 1/size of the elements
+ * straight from every rank's send into every rank's recv, and one synchronisation
+ * more ends the call (smaller ones take the small path, whose one synchronisation is
+ * faster there). No copies through the slots:
  * each rank reads and writes the message once, against 2-2.5 reads and 2 writes on
  * the copying path (`lockstep bench comm`, lockstep-buffer rows). If only some ranks
  * pass buffers from here, the call takes the copying path everywhere; the result is

@@ -65,9 +65,17 @@ static void prefetch_peers(const void *const *in, int N, int me, size_t bytes)
 }
 
 /* Below this an all-buffer call still takes the small path: its one synchronisation
- * beats zero-copy's two. 2 ranks: 512 B 0.7 against 0.9 us, 1 KiB 1.2 against 0.9;
- * 4 ranks on 2 CPUs: 1 KiB 3.8 against 3.7, 2 KiB 5.0 against 4.7 (scratch runs,
- * median of 9 batches, both paths interleaved). */
+ * beats zero-copy's two. 2 ranks: 512 B 0.7 against 0.9 us, 1 KiB 1.2 against 0.9
+ * (scratch runs, median of 9 batches, both paths interleaved). When ranks outnumber
+ * the CPUs, every synchronisation costs process switches and the small path wins
+ * longer, so the bound is ZERO_COPY_MIN times the ranks per CPU (c->per_cpu), for
+ * calls that take the small path at all. Against zero-copy from 1 KiB, same
+ * processes, all buffers in the shared buffer (median of 7-9 paired batches, both
+ * orders): 3 ranks on 2 CPUs, 1 KiB 0.61-0.66x the time, 1.5 KiB 0.85-0.94x; 4 ranks,
+ * 1 KiB 0.61-0.75x, 1.5 KiB 0.87-0.96x; 8 ranks, 1 KiB 0.58-0.64x, 2-3 KiB
+ * 0.82-0.92x. Past the bound zero-copy wins: 4 ranks, 2 KiB 0.85-0.91x the small
+ * path's time, 4 KiB 0.80x, 6 KiB 0.65-0.70x; 8 ranks, 5 KiB 0.95x, 6 KiB
+ * 0.85-0.87x (at 4 KiB the small path was still 0.94-0.98x). */
 #define ZERO_COPY_MIN 1024
 
 
@@ -170,8 +178,10 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         return 0;
     }
 
+    int small = bytes <= c->hdr->allreduce_small;
     struct ls_zc_offsets mine = {LS_NO_OFFSET, LS_NO_OFFSET};
-    if (bytes >= ZERO_COPY_MIN && (mine.recv = ls_buffer_offset(c, recv, bytes)) != LS_NO_OFFSET)
+    if ((!small || bytes >= ZERO_COPY_MIN * c->per_cpu) &&
+        (mine.recv = ls_buffer_offset(c, recv, bytes)) != LS_NO_OFFSET)
         mine.send = ls_buffer_offset(c, send, bytes);
     int zc_mine = mine.send != LS_NO_OFFSET; /* send alone in the buffer counts as none */
 
@@ -180,7 +190,6 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * may be (after a large broadcast), chunk 0 waits for the announcement as the
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
-    int small = bytes <= c->hdr->allreduce_small;
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
     int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= cma_min;
     size_t per_chunk = c->hdr->step_bytes / es;

@@ -151,6 +151,8 @@ struct lockstep_comm {
     int cma;                           /* this rank can read every peer's memory (cma.c) */
     int fits;                          /* ranks (or cpu_sharers) fit the CPUs, as this rank
                                           saw at create */
+    unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up: 1
+                                          while they fit; as this rank saw at create */
     /* My last call's descriptor, zero-copy offsets and single-copy post, as announced.
      * After announcing, a rank reads these, never its own announcement: the peers
      * that read that line may have taken it from this CPU's cache, and reading it

@@ -191,7 +191,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_try = !small && !zc_mine && c->cma && c->fits && !c->pool && bytes >= cma_min;
+    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool && bytes >= cma_min;
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */

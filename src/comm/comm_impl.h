@@ -149,10 +149,8 @@ struct lockstep_comm {
     uint32_t run_start;                /* eager.c: the first of the eager calls in a row */
     int in_eager;                      /* in an eager broadcast or settling after them */
     int cma;                           /* this rank can read every peer's memory (cma.c) */
-    int fits;                          /* ranks (or cpu_sharers) fit the CPUs, as this rank
-                                          saw at create */
-    unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up: 1
-                                          while they fit; as this rank saw at create */
+    unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up, as
+                                          this rank saw at create: 1 while they fit */
     /* My last call's descriptor, zero-copy offsets and single-copy post, as announced.
      * After announcing, a rank reads these, never its own announcement: the peers
      * that read that line may have taken it from this CPU's cache, and reading it
@@ -182,6 +180,12 @@ static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
 {
     __atomic_store_n(&c->entered, 0, __ATOMIC_RELEASE);
     return rc;
+}
+
+/* Ranks (or cpu_sharers) fit the CPUs, as this rank saw at create */
+static inline int ls_fits(const lockstep_comm_t *c)
+{
+    return c->per_cpu == 1;
 }
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)

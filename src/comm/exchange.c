@@ -35,7 +35,9 @@
 
 #include "comm_impl.h"
 
-#define ZERO_COPY_MIN 1024 /* as the allreduce's */
+/* As the allreduce's while ranks fit the CPUs; unlike the allreduce's, not raised with
+ * the ranks per CPU when they outnumber them (not measured for the exchanges) */
+#define ZERO_COPY_MIN 1024
 
 /* Copy piece [off, off + n) of every block but mine into my slot, part d at d * piece */
 struct xchg {
@@ -110,7 +112,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
      * time; 4 ranks, 64 B-2 KiB blocks: 0.84-0.90x (median of 15 and 9 paired batches;
      * the other order: 1.35-1.44x) */
     int small = total <= c->hdr->exchange_small;
-    int cma_try = alltoall && !small && bytes >= (c->fits ? LS_CMA_MIN_FITS : LS_CMA_MIN) && !zc_mine &&
+    int cma_try = alltoall && !small && bytes >= (ls_fits(c) ? LS_CMA_MIN_FITS : LS_CMA_MIN) && !zc_mine &&
                   c->cma; /* no copy in, then */
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;

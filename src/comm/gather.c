@@ -295,7 +295,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     post_recv(c, xfer, buf, bytes);
     /* only 2 ranks post for single copy; np is the same on every rank, so the others
      * need not count the posts after announcing */
-    int cma_try = np == 1 && c->cma && c->fits && bytes >= BCAST_CMA_MIN;
+    int cma_try = np == 1 && c->cma && ls_fits(c) && bytes >= BCAST_CMA_MIN;
     ls_cma_post(c, cma_try ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
@@ -402,9 +402,9 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     post_recv(c, xfer, out, total);
     /* every rank posts, so that every rank counts the same (bytes is the same on all) */
     size_t cma_min = xfer == LOCKSTEP_PULL ? ALLGATHER_CMA_MIN
-                     : c->fits             ? ALLGATHER_CMA_MIN_PUSH
+                     : ls_fits(c)          ? ALLGATHER_CMA_MIN_PUSH
                                            : ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED;
-    int cma_try = c->cma && (c->fits || xfer == LOCKSTEP_PUSH) && bytes >= cma_min;
+    int cma_try = c->cma && (ls_fits(c) || xfer == LOCKSTEP_PUSH) && bytes >= cma_min;
     ls_cma_post(c, cma_try ? in : NULL, out);
     if ((rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;

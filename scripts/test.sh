@@ -3,6 +3,10 @@
 # protocol points), ThreadSanitizer, ASan+UBSan, and a clang build (warnings are errors
 # in all five; clang warns where gcc does not, -Wcast-align on x86 among them);
 # the readers' fuzzers for a bounded time; the Python package's tests.
+# The tsan preset leaves out the runs with capped kernels (comm_*_avx2, comm_*_base;
+# CMakePresets.json): they differ from comm_collectives_4 and comm_reduce_api only in
+# the reduction kernels, single-threaded code within one process, and ThreadSanitizer
+# sees nothing between processes; the other four builds run them (a minute less).
 # Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -54,6 +54,10 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
 With torch: lockstep.torch_ops (the collectives as torch ops torch.compile keeps) and
 lockstep.distributed (a torch.distributed back end: dist.init_process_group("lockstep")).
 """
+import math as _math
+import numbers as _numbers
+from datetime import timedelta as _timedelta
+
 import numpy as _np
 
 from . import _lockstep
@@ -164,19 +168,39 @@ def _bytes_view(buf):
     return buf.reshape(-1).view(torch.uint8).numpy()
 
 
+_TIMEOUT_MAX_MS = 2**32 - 1  # the C layer's deadline is a uint32 count of ms: 49.7 days
+
+
+def _timeout_ms(timeout):
+    """Comm's timeout (seconds as a number or a datetime.timedelta, or None) in ms for
+    the C layer: None and infinity are no deadline (0), longer ones than the C layer
+    holds are cut to its longest, and anything below 1 ms becomes 1 ms."""
+    if timeout is None:
+        return 0
+    if isinstance(timeout, _timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, _numbers.Real):
+        raise TypeError(f"timeout must be seconds (a number or a datetime.timedelta) or None for no deadline, "
+                        f"not {type(timeout).__name__}")
+    seconds = float(timeout)
+    if seconds == _math.inf:
+        return 0
+    if not seconds > 0:  # negative, zero or NaN
+        raise ValueError(f"timeout must be positive seconds, or None for no deadline (got {timeout!r})")
+    return max(1, min(_TIMEOUT_MAX_MS, int(seconds * 1000)))
+
+
 class Comm:
-    """A communicator over `size` ranks of one job (see the module docstring)."""
+    """A communicator over `size` ranks of one job (see the module docstring).
+
+    timeout: the deadline of every wait, in seconds (a number or a datetime.timedelta);
+    None or infinity for none. The C layer holds up to 49.7 days; longer ones are cut
+    to that."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
                  small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,
                  broadcast_eager_bytes=0):
-        if timeout is None:
-            timeout_ms = 0
-        elif timeout <= 0:
-            raise ValueError("timeout must be positive seconds, or None for no deadline")
-        else:
-            timeout_ms = max(1, int(timeout * 1000))
-        self._c = _lockstep.Comm(str(job), int(rank), int(size), timeout_ms,
+        self._c = _lockstep.Comm(str(job), int(rank), int(size), _timeout_ms(timeout),
                                  _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
                                  allreduce_small_bytes, buffer_bytes, int(cpu_sharers), broadcast_eager_bytes)
         self.job = str(job)

@@ -72,9 +72,9 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
                              NULL};
     const char *job;
     int rank, size, policy = 0, sharers = 0;
-    unsigned long timeout_ms = 60000;
+    long long timeout_ms = 60000;
     Py_ssize_t small = 0, chunk = 0, ar_small = 0, buffer = 0, eager = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|kinnnnin", kwlist, &job, &rank, &size, &timeout_ms,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|Linnnnin", kwlist, &job, &rank, &size, &timeout_ms,
                                      &policy, &small, &chunk, &ar_small, &buffer, &sharers, &eager))
         return -1;
     if (self->comm) {
@@ -84,6 +84,11 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
     lockstep_comm_params_t p = lockstep_comm_params_default();
     if (strlen(job) == 0 || strlen(job) > LOCKSTEP_COMM_JOB_MAX) {
         PyErr_Format(PyExc_ValueError, "job must be 1 to %d characters", LOCKSTEP_COMM_JOB_MAX);
+        return -1;
+    }
+    if (timeout_ms < 0 || timeout_ms > (long long)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "timeout_ms must be 0 (no deadline) to %lu (49.7 days), not %lld",
+                     (unsigned long)UINT32_MAX, timeout_ms);
         return -1;
     }
     if (small < 0 || chunk < 0 || ar_small < 0 || buffer < 0 || eager < 0) { /* 0 keeps the default */
@@ -129,7 +134,7 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
                          "rank (the same rank given twice, or two jobs started under one name)", job, rank);
         else if (errno == ETIMEDOUT)
             PyErr_Format(CommTimeoutError, "cannot join the job '%s': not all of its %d ranks came within the "
-                         "timeout (%lu ms); start every rank, with the same job name and size", job, size,
+                         "timeout (%lld ms); start every rank, with the same job name and size", job, size,
                          timeout_ms);
         else if (errno == LOCKSTEP_EMISMATCH)
             PyErr_Format(MismatchError, "cannot join the job '%s': its ranks were created with different "

@@ -1,5 +1,6 @@
 """lockstep.Comm from Python: every dtype and op against a numpy reference, identical
 bits on every rank, broadcast/allgather, the error classes, the launcher, torch."""
+import datetime
 import hashlib
 import os
 import signal
@@ -405,6 +406,25 @@ def test_bad_buffers_raise_what_to_fix():
         lockstep.Comm("x", 3, 2)
     with pytest.raises(ValueError, match="timeout"):
         lockstep.Comm("x", 0, 1, timeout=-1)
+    for bad in (0, float("nan"), datetime.timedelta(seconds=-1)):
+        with pytest.raises(ValueError, match="timeout must be positive seconds, or None for no deadline"):
+            lockstep.Comm("x", 0, 1, timeout=bad)
+    for bad in ("5", True, [5]):
+        with pytest.raises(TypeError, match="timeout must be seconds .* or None for no deadline, not"):
+            lockstep.Comm("x", 0, 1, timeout=bad)
+    # what the C layer is given: None and infinity no deadline, past 49.7 days its
+    # longest, under 1 ms 1 ms; a wrap of the uint32 would give a short or no deadline
+    ms = lockstep._timeout_ms
+    assert [ms(None), ms(float("inf")), ms(2.5), ms(np.float32(2)), ms(1e-6), ms(1e12),
+            ms(datetime.timedelta(minutes=30)), ms(datetime.timedelta(days=365))] == \
+        [0, 0, 2500, 2000, 1, 2**32 - 1, 1800000, 2**32 - 1]
+    with lockstep.Comm(f"py-longtimeout-{os.getpid()}", 0, 1, timeout=datetime.timedelta(days=365)) as c:
+        assert c.size == 1
+    # the C layer's raw argument is a uint32 count of ms: past it, an error, not a wrap
+    for bad in (-1, 2**32, 2**70):
+        with pytest.raises((ValueError, OverflowError),
+                           match="timeout_ms must be 0 \\(no deadline\\) to 4294967295|int too big to convert"):
+            lockstep._lockstep.Comm("x", 0, 1, bad)
     with pytest.raises(ValueError, match="small_bytes must be a multiple of 64"):
         lockstep.Comm("x", 0, 1, small_bytes=1000)
     with pytest.raises(ValueError, match="chunk_bytes must be"):

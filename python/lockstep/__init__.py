@@ -56,6 +56,7 @@ lockstep.distributed (a torch.distributed back end: dist.init_process_group("loc
 """
 import math as _math
 import numbers as _numbers
+import operator as _operator
 from datetime import timedelta as _timedelta
 
 import numpy as _np
@@ -84,6 +85,29 @@ _POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
 _OPS = {"sum": 0, "max": 1, "min": 2}
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled lazily
+
+
+def _int_arg(value, what, bits=31):
+    """An integer argument: an int (a numpy integer too) or a string holding one (an
+    environment variable's value); a float or bool raises TypeError rather than being
+    cut, and a value past the C parameter's range (a signed int of bits + 1 bits; None:
+    the caller checks) ValueError naming the argument. The C layer checks the range
+    that makes sense."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{what} must be an integer, not {value!r}") from None
+    elif isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, not a bool")
+    else:
+        try:
+            value = _operator.index(value)
+        except TypeError:
+            raise TypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+    if bits is not None and not -2**bits <= value < 2**bits:
+        raise ValueError(f"{what} is out of range: {value}")
+    return value
 
 
 def _code(table, value, what):
@@ -200,9 +224,13 @@ class Comm:
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
                  small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,
                  broadcast_eager_bytes=0):
-        self._c = _lockstep.Comm(str(job), int(rank), int(size), _timeout_ms(timeout),
-                                 _code(_POLICIES, wait_policy, "wait_policy"), small_bytes, chunk_bytes,
-                                 allreduce_small_bytes, buffer_bytes, int(cpu_sharers), broadcast_eager_bytes)
+        nbytes = (_int_arg(small_bytes, "small_bytes", 63), _int_arg(chunk_bytes, "chunk_bytes", 63),
+                  _int_arg(allreduce_small_bytes, "allreduce_small_bytes", 63),
+                  _int_arg(buffer_bytes, "buffer_bytes", 63))
+        self._c = _lockstep.Comm(str(job), _int_arg(rank, "rank"), _int_arg(size, "size"), _timeout_ms(timeout),
+                                 _code(_POLICIES, wait_policy, "wait_policy"), *nbytes,
+                                 _int_arg(cpu_sharers, "cpu_sharers"),
+                                 _int_arg(broadcast_eager_bytes, "broadcast_eager_bytes", 63))
         self.job = str(job)
         self.rank = self._c.rank
         self.size = self._c.size
@@ -254,7 +282,7 @@ class Comm:
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
         """Copy root's buf into every rank's buf (same byte length everywhere); returns buf."""
-        root = int(root)
+        root = _int_arg(root, "root", None)
         if not 0 <= root < self.size:
             raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
         self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))

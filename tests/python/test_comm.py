@@ -412,6 +412,24 @@ def test_bad_buffers_raise_what_to_fix():
     for bad in ("5", True, [5]):
         with pytest.raises(TypeError, match="timeout must be seconds .* or None for no deadline, not"):
             lockstep.Comm("x", 0, 1, timeout=bad)
+    # integers: ints, numpy ints and strings of them; no float cut, no bool, and a
+    # value past the C parameter's range named rather than OverflowError
+    with lockstep.Comm(f"py-intargs-{os.getpid()}", np.int64(0), "1", cpu_sharers=np.int32(0)) as c:
+        assert (c.rank, c.size) == (0, 1)
+        with pytest.raises(TypeError, match="root must be an integer, not float 0.0"):
+            c.broadcast(np.zeros(4, np.uint8), root=0.0)
+        with pytest.raises(ValueError, match="root must be a rank from 0 to 0, not 1180591620717411303424"):
+            c.broadcast(np.zeros(4, np.uint8), root=2**70)
+    for kw, exc, msg in ((dict(rank=0.5), TypeError, "rank must be an integer, not float 0.5"),
+                         (dict(rank=True), TypeError, "rank must be an integer, not a bool"),
+                         (dict(size="two"), ValueError, "size must be an integer, not 'two'"),
+                         (dict(size=2**40), ValueError, "size is out of range: 1099511627776"),
+                         (dict(small_bytes=2**70), ValueError, "small_bytes is out of range"),
+                         (dict(buffer_bytes=1024.0), TypeError, "buffer_bytes must be an integer, not float"),
+                         (dict(cpu_sharers=2**40), ValueError, "cpu_sharers is out of range")):
+        args = dict(job="x", rank=0, size=1) | kw
+        with pytest.raises(exc, match=msg):
+            lockstep.Comm(**args)
     # what the C layer is given: None and infinity no deadline, past 49.7 days its
     # longest, under 1 ms 1 ms; a wrap of the uint32 would give a short or no deadline
     ms = lockstep._timeout_ms

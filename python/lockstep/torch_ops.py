@@ -19,8 +19,9 @@ the graph instead of breaking it.
 
 all_reduce_ and broadcast_ change their tensor in place and return nothing; the
 others return a new contiguous tensor. all_gather and all_to_all take any dtype;
-reduce_scatter the dtypes and ops of all_reduce_. All take any layout (a
-non-contiguous input is copied first). Their fake (meta) implementations only give the
+reduce_scatter the dtypes and ops of all_reduce_. All take any layout: a
+non-contiguous input is copied first (all_reduce_ and broadcast_ copy the result back
+into it). Their fake (meta) implementations only give the
 output's shape, which is all tracing needs. They have no backward: on a tensor that
 requires grad, call them under torch.no_grad() or torch.inference_mode().
 
@@ -63,14 +64,20 @@ def all_reduce_(tensor, handle, op="sum"):
     """The op's kernel (every device; lockstep itself refuses non-CPU tensors)."""
     comm = _comm(handle)
     _no_grad(tensor, "all_reduce_")
-    comm.allreduce(tensor, op)
+    if tensor.is_contiguous():
+        comm.allreduce(tensor, op)
+    else:  # through a contiguous copy, and back into the tensor's own layout
+        tensor.copy_(comm.allreduce(tensor.contiguous(), op))
     _bump((tensor,))  # changed in place: autograd's version counter must say so (a tuple: 0.3 us, a bare tensor 7)
 
 
 def broadcast_(tensor, handle, root=0):
     comm = _comm(handle)
     _no_grad(tensor, "broadcast_")
-    comm.broadcast(tensor, root)
+    if tensor.is_contiguous():
+        comm.broadcast(tensor, root)
+    else:
+        tensor.copy_(comm.broadcast(tensor.contiguous(), root))
     _bump((tensor,))
 
 

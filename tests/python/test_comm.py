@@ -761,6 +761,12 @@ def test_torch_custom_op_reduces_across_ranks_and_refuses_autograd():
             assert x.tolist() == [1.0] * 4
             with pytest.raises(TypeError, match="float64"):
                 torch.ops.lockstep.all_reduce_(torch.zeros(3, dtype=torch.float64), h)
+            m = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+            part = m[:, 1::2]  # non-contiguous: reduced through a copy, written back in place
+            torch.ops.lockstep.all_reduce_(part, h)
+            full = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+            assert torch.equal(part, full[:, 1::2] * (size * (size + 1) // 2)), part
+            assert torch.equal(m[:, 0::2], full[:, 0::2] * (rank + 1)), m  # the rest untouched
             lt.unregister(h)
         return True
     run_ranks(body, 2)
@@ -792,6 +798,9 @@ def test_torch_broadcast_and_all_gather_ops():
                     torch.ops.lockstep.all_gather(bad, h, 2)
             with pytest.raises(ValueError, match="root must be a rank from 0 to 2, not 3"):
                 torch.ops.lockstep.broadcast_(t, h, 3)
+            m = torch.full((4, 3), float(rank))
+            torch.ops.lockstep.broadcast_(m.t(), h, 1)  # non-contiguous: through a copy, back in place
+            assert m.tolist() == [[1.0] * 3] * 4, m
             g = torch.ones(4, requires_grad=True)
             for op, args in ((torch.ops.lockstep.broadcast_, (g * 2, h)), (torch.ops.lockstep.all_gather, (g, h))):
                 with pytest.raises(RuntimeError, match="no_grad"):

@@ -767,8 +767,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     want.size = (uint32_t)p->size;
     want.small_bytes = p->small_bytes;
     unsigned cpus = (unsigned)lockstep_cpus_available();
-    int oversubscribed = sharers > cpus;
     c->per_cpu = (sharers + cpus - 1) / cpus; /* sharers >= 1, cpus >= 1 */
+    int oversubscribed = !ls_fits(c);
     size_t fits = AUTO_SMALL_FITS / (size_t)(p->size > 1 ? p->size - 1 : 1) / 256 * 256;
     size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
                       : oversubscribed         ? AUTO_SMALL_OVERSUBSCRIBED

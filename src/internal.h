@@ -48,6 +48,17 @@ void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
  * across its ranks at create (comm.c). */
 int ls_wait_global_fences(void);
 
+/* fork(2): ls_fork_gen() is 0 in the process that loaded the library and one more in
+ * each child forked after ls_fork_watch() (pthread_atfork, registered once; 0 or
+ * -ENOMEM). An object that owns threads or a rank watches, records the generation at
+ * creation, and finds out with one load whether it is now a child's copy (fork.c). */
+extern unsigned ls_fork_generation;
+int ls_fork_watch(void);
+static inline unsigned ls_fork_gen(void)
+{
+    return ls_load_relaxed(&ls_fork_generation);
+}
+
 /* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
  * that a quiet schedule would hide. */
 #ifdef LOCKSTEP_PERTURB

@@ -28,7 +28,12 @@
  * Threading: one thread at a time may call into a communicator. A call made while
  * another thread's call on it runs returns -EBUSY at once and touches nothing; the
  * call in flight goes on. lockstep_comm_free and lockstep_comm_peers are not checked:
- * free a communicator only once every call on it has returned. */
+ * free a communicator only once every call on it has returned.
+ *
+ * fork(): a child's copy of a communicator is not a rank. Its collectives return
+ * -LOCKSTEP_EFORKED and touch nothing, so the parent's rank and its peers go on
+ * undisturbed; lockstep_comm_free in the child only unmaps the copy. A child that
+ * needs collectives creates its own communicator (a job of its own). */
 #ifndef LOCKSTEP_COMM_H
 #define LOCKSTEP_COMM_H
 
@@ -234,7 +239,8 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
  * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
  * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
  * peer's params.cancel asked), -EIO (a peer's buffer could not be reached: a bad
- * pointer on that rank). Broadcast, allgather and barrier return the same codes. */
+ * pointer on that rank), -LOCKSTEP_EFORKED (called in a child forked after create).
+ * Broadcast, allgather and barrier return the same codes. */
 int lockstep_comm_allreduce(lockstep_comm_t *comm, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op);
 

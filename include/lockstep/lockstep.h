@@ -22,7 +22,9 @@ enum {
     LOCKSTEP_EMISMATCH = 5002, /* participants disagree on a collective's arguments */
     LOCKSTEP_EBADFILE  = 5003, /* a model file is malformed */
     LOCKSTEP_EABORTED  = 5004, /* a graph run was aborted by a node or by lockstep_pool_abort */
-    LOCKSTEP_EMPI      = 5005  /* an MPI call failed (lockstep/comm_mpi.h) */
+    LOCKSTEP_EMPI      = 5005, /* an MPI call failed (lockstep/comm_mpi.h) */
+    LOCKSTEP_EFORKED   = 5006  /* a communicator used in a process forked after its
+                                  creation: its rank is the parent's */
 };
 
 /* A static, human-readable description of a code (negative or positive). Never NULL. */

@@ -10,7 +10,16 @@
  * Threading rules: one thread drives a pool at a time. Calling run, parallel_for or
  * graph_run from inside a region of the same pool returns -EDEADLK; from another thread
  * while a region is in flight, -EBUSY. An idle pool's workers park (under the auto and
- * passive wait policies) after the spin budget in wait.h, so it costs no CPU. */
+ * passive wait policies) after the spin budget in wait.h, so it costs no CPU.
+ *
+ * fork(): a child gets a copy of the pool without its workers (they are threads of the
+ * parent). The child's first run, parallel_for or graph_run starts n_threads - 1 new
+ * workers for its copy (-EAGAIN if it cannot), so regions behave in the child as in the
+ * parent; lockstep_pool_free in the child frees the copy. A pool that another thread
+ * was driving at the fork stays busy in the child (-EBUSY): fork while it is idle.
+ * A share that forks: in the child, its region ends when the share returns (a graph
+ * run, after that node: -LOCKSTEP_EABORTED), or its thread ends if it was a worker's,
+ * instead of waiting for shares that stayed in the parent. */
 #ifndef LOCKSTEP_POOL_H
 #define LOCKSTEP_POOL_H
 
@@ -72,7 +81,8 @@ typedef void (*lockstep_region_fn)(void *arg, int ith, int nth);
 
 /* Run fn(arg, ith, nth) once on every participant (ith in [0, nth), nth = pool size)
  * and return when all have finished. Returns 0, -EINVAL (NULL pool or fn), -EDEADLK
- * (nested), -EBUSY (another thread's region is in flight). */
+ * (nested), -EBUSY (another thread's region is in flight), -EAGAIN (a forked child's
+ * copy could not start its workers). */
 int lockstep_pool_run(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg);
 
 typedef void (*lockstep_for_fn)(void *arg, int64_t begin, int64_t end, int ith);
@@ -81,7 +91,7 @@ typedef void (*lockstep_for_fn)(void *arg, int64_t begin, int64_t end, int ith);
  * exactly once. STATIC: one contiguous block per participant (chunk ignored).
  * DYNAMIC: chunks of `chunk` indices (0 = automatic) taken from a shared counter.
  * n == 0 returns 0 without calling fn. Returns 0, -EINVAL (NULL, n < 0, chunk < 0,
- * bad schedule), -EDEADLK, -EBUSY. */
+ * bad schedule), -EDEADLK, -EBUSY, -EAGAIN. */
 int lockstep_pool_parallel_for(lockstep_pool_t *pool, int64_t n, int64_t chunk,
                                lockstep_schedule_t schedule, lockstep_for_fn fn, void *arg);
 
@@ -96,7 +106,7 @@ typedef int (*lockstep_node_fn)(void *arg, int node, int ith, int nth);
  * The abort flag (a node returning non-zero, or lockstep_pool_abort) is sampled at
  * every node boundary, consistently: all shares stop after the same node.
  * Returns 0, -LOCKSTEP_EABORTED, -EINVAL (NULL, n_nodes < 0, n_shares < 0),
- * -EDEADLK, -EBUSY. */
+ * -EDEADLK, -EBUSY, -EAGAIN. */
 int lockstep_pool_graph_run(lockstep_pool_t *pool, int n_nodes, int n_shares,
                             lockstep_node_fn fn, void *arg);
 

@@ -43,6 +43,9 @@ handler's exception (KeyboardInterrupt), the others CommCancelledError.
 A Comm takes one call at a time: a thread that calls while another thread is in a
 call on the same Comm gets RuntimeError (the call in flight goes on). close() during a
 call frees the communicator when that call returns.
+A Comm belongs to the process that created it: in a child made by os.fork() (or
+multiprocessing's fork start method) its calls raise CommError and touch nothing, while
+the parent's rank goes on; create a new Comm, with a job of its own, in the child.
 
 lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
 environment variable (avx512, avx2 or base) caps it.

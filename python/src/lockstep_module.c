@@ -29,6 +29,12 @@ static PyObject *raise_code(int rc, const char *what)
                      "the communicator is broken: close it and create a new one", what);
         return NULL;
     }
+    else if (rc == -LOCKSTEP_EFORKED) {
+        PyErr_Format(CommError, "%s: this Comm was created before os.fork() (or multiprocessing's fork): its "
+                     "rank belongs to the parent process; create a new Comm, with a job of its own, in the child",
+                     what);
+        return NULL;
+    }
     else if (rc == -EINVAL)
         type = PyExc_ValueError;
     else if (rc == -ENOMEM)

@@ -741,11 +741,12 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         errno = EINVAL;
         return NULL;
     }
-    lockstep_comm_t *c = calloc(1, sizeof *c);
+    lockstep_comm_t *c = ls_fork_watch() == 0 ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         errno = ENOMEM;
         return NULL;
     }
+    c->fork_gen = ls_fork_gen();
     c->rank = p->rank;
     c->size = p->size;
     c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;

@@ -131,6 +131,7 @@ struct lockstep_comm {
     int after_eager;   /* my last call was an eager broadcast (read by every call: kept
                           on the line of the fields every call reads) */
     int entered;       /* a thread is in a call (ls_comm_enter) */
+    unsigned fork_gen; /* ls_fork_gen() at create: a forked child's copy is refused */
     uint64_t timeout_ns;
     lockstep_wait_t wait;
     ls_seg_hdr_t *hdr;
@@ -167,12 +168,15 @@ struct lockstep_comm {
  * while another's call runs gets -EBUSY, and the call in flight goes on; let in, both
  * would run one sequence of calls on the same slots, which ends in a mismatch on every
  * rank or, when the calls happen to pair up, in wrong data and no error. An atomic
- * exchange, so that of two threads coming in at once exactly one is refused. Every
- * public call is `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
+ * exchange, so that of two threads coming in at once exactly one is refused. A forked
+ * child's copy of the communicator gets -LOCKSTEP_EFORKED: its calls would run as the
+ * parent's rank, beside the parent's own. Every public call is `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
 static inline int ls_comm_enter(lockstep_comm_t *c)
 {
     if (!c)
         return -EINVAL;
+    if (LS_UNLIKELY(c->fork_gen != ls_fork_gen()))
+        return -LOCKSTEP_EFORKED; /* a child's copy: the rank is still the parent's */
     return __atomic_exchange_n(&c->entered, 1, __ATOMIC_ACQUIRE) ? -EBUSY : 0;
 }
 

@@ -13,6 +13,8 @@ const char *lockstep_strerror(int code)
     case LOCKSTEP_EBADFILE: return "malformed model file";
     case LOCKSTEP_EABORTED: return "graph run aborted";
     case LOCKSTEP_EMPI: return "an MPI call failed";
+    case LOCKSTEP_EFORKED:
+        return "communicator made before fork(): its rank belongs to the parent; create a new one in the child";
     default: return strerror(code);
     }
 }

@@ -39,6 +39,11 @@ static void graph_share(void *p, int ith, int nthreads)
         for (int share = ith; share < g->nth; share += g->active)
             if (g->fn(g->arg, node, share, g->nth))
                 __atomic_store_n(&pool->abort_req, 1u, __ATOMIC_RELAXED);
+        if (LS_UNLIKELY(pool->fork_gen != ls_fork_gen())) {
+            if (ith == 0) /* a node forked and this is the child, alone: stop here */
+                g->stopped_after = node;
+            return;
+        }
         uint32_t *vote = &pool->votes[node % 3];
         if (__atomic_load_n(&pool->abort_req, __ATOMIC_RELAXED))
             __atomic_store_n(vote, 1u, __ATOMIC_RELAXED); /* ordered by the barrier */

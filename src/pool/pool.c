@@ -12,7 +12,16 @@
  *
  * Start-up: workers first wait on `start` so that a failed pthread_create can still
  * send the ones already running home (start = 2) before any of them enters the
- * barrier, which needs all n participants. */
+ * barrier, which needs all n participants.
+ *
+ * fork(): the child has only the thread that forked; the workers stay in the parent.
+ * The child's first claim of an idle pool sets the barrier up afresh and starts new
+ * workers (respawn), so the child's regions run on n threads as the parent's do,
+ * instead of waiting forever for workers that are not there. A fork made inside a
+ * region leaves the child's copy of that region without its join (participant 0; a
+ * graph run stops after the node) or ends the child's thread (a worker: it would wait
+ * for the others forever). A pool that another thread was driving at the fork stays
+ * claimed in the child: -EBUSY. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +65,8 @@ static void *worker_main(void *p)
         if (pool->task.exit)
             break;
         pool->task.fn(pool->task.arg, (int)tid, pool->n);
+        if (LS_UNLIKELY(pool->fork_gen != ls_fork_gen()))
+            break; /* fn forked and this is the child: no one else to wait for */
     }
     return NULL;
 }
@@ -99,6 +110,43 @@ static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
     return 0;
 }
 
+/* Start workers 1 .. n-1, each waiting on `start`. 0, or -EAGAIN with the ones
+ * already started sent home and joined. */
+static int start_workers(lockstep_pool_t *pool)
+{
+    int started = 1;
+    for (; started < pool->n; started++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (pool->cpu_of[started] >= 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(pool->cpu_of[started], &one);
+            pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+        }
+        pool->workers[started].pool = pool;
+        pool->workers[started].tid = (unsigned)started;
+        int rc = pthread_create(&pool->threads[started], &attr, worker_main, &pool->workers[started]);
+        pthread_attr_destroy(&attr);
+        if (rc)
+            break;
+    }
+    if (started == pool->n)
+        return 0;
+    lockstep_wait_publish(&pool->start_wait, &pool->start, 2);
+    for (int i = 1; i < started; i++)
+        pthread_join(pool->threads[i], NULL);
+    return -EAGAIN;
+}
+
+/* Let the started workers in, and establish the between-regions invariant: every
+ * worker has arrived. */
+static void release_workers(lockstep_pool_t *pool)
+{
+    lockstep_wait_publish(&pool->start_wait, &pool->start, 1);
+    lockstep_barrier_gather(pool->bar, 0);
+}
+
 static void destroy(lockstep_pool_t *pool)
 {
     free(pool->bar);
@@ -121,11 +169,12 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
         goto fail; /* dissemination has no primary, so it cannot gather for a join */
 
     lockstep_pool_t *pool;
-    if (posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0) {
+    if (ls_fork_watch() != 0 || posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0) {
         err = ENOMEM;
         goto fail;
     }
     memset(pool, 0, sizeof *pool);
+    pool->fork_gen = ls_fork_gen();
     pool->n = p->n_threads;
     pool->fold_shares = p->fold_shares;
     pool->policy = p->wait_policy;
@@ -149,6 +198,8 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
         err = ENOMEM;
         goto fail;
     }
+    pool->bar_size = bsize;
+    pool->bar_params = bp;
     int rc = lockstep_barrier_init(pool->bar, bsize, (unsigned)pool->n, &bp);
     if (rc == 0)
         rc = lockstep_wait_init(&pool->start_wait, LOCKSTEP_WAIT_PASSIVE, 1, 0);
@@ -172,27 +223,7 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
         goto fail;
     }
 
-    int started = 1;
-    for (; started < pool->n; started++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        if (pool->cpu_of[started] >= 0) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(pool->cpu_of[started], &one);
-            pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-        }
-        pool->workers[started].pool = pool;
-        pool->workers[started].tid = (unsigned)started;
-        rc = pthread_create(&pool->threads[started], &attr, worker_main, &pool->workers[started]);
-        pthread_attr_destroy(&attr);
-        if (rc)
-            break;
-    }
-    if (started < pool->n) {
-        lockstep_wait_publish(&pool->start_wait, &pool->start, 2);
-        for (int i = 1; i < started; i++)
-            pthread_join(pool->threads[i], NULL);
+    if (start_workers(pool) != 0) {
         destroy(pool);
         err = EAGAIN;
         goto fail;
@@ -203,9 +234,7 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
         CPU_SET(pool->cpu_of[0], &one);
         pthread_setaffinity_np(pthread_self(), sizeof one, &one);
     }
-    lockstep_wait_publish(&pool->start_wait, &pool->start, 1);
-    /* establish the between-regions invariant: every worker has arrived */
-    lockstep_barrier_gather(pool->bar, 0);
+    release_workers(pool);
     return pool;
 
 fail:
@@ -213,7 +242,7 @@ fail:
     return NULL;
 }
 
-int ls_pool_claim(lockstep_pool_t *pool)
+static int claim(lockstep_pool_t *pool)
 {
     uint32_t idle = 0;
     if (__atomic_compare_exchange_n(&pool->busy, &idle, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
@@ -236,12 +265,41 @@ void ls_pool_unclaim(lockstep_pool_t *pool)
     __atomic_store_n(&pool->busy, 0u, __ATOMIC_RELEASE);
 }
 
+/* In a forked child, claimed: the barrier as it was made, its state the parent's at
+ * the fork; new workers for the ones left in the parent. 0 or -EAGAIN (the pool stays
+ * as it was, to be tried again at the next claim). */
+static int respawn(lockstep_pool_t *pool)
+{
+    int rc = lockstep_barrier_init(pool->bar, pool->bar_size, (unsigned)pool->n, &pool->bar_params);
+    if (rc)
+        return rc;
+    pool->gbar_n = 0; /* the graph barrier too, at the next run */
+    pool->task.exit = 0;
+    pool->start.value = 0;
+    pool->start.sleepers = 0;
+    if ((rc = start_workers(pool)) != 0)
+        return rc;
+    pool->fork_gen = ls_fork_gen(); /* the workers compare it only once released */
+    release_workers(pool);
+    return 0;
+}
+
+int ls_pool_claim(lockstep_pool_t *pool)
+{
+    int rc = claim(pool);
+    if (rc == 0 && LS_UNLIKELY(pool->fork_gen != ls_fork_gen()) && (rc = respawn(pool)) != 0)
+        ls_pool_unclaim(pool);
+    return rc;
+}
+
 void ls_pool_region(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg)
 {
     pool->task.fn = fn;
     pool->task.arg = arg;
     lockstep_barrier_arrive_and_wait(pool->bar, 0); /* fork: we arrive last */
     fn(arg, 0, pool->n);
+    if (LS_UNLIKELY(pool->fork_gen != ls_fork_gen()))
+        return; /* fn forked and this is the child: its workers are the parent's */
     lockstep_barrier_gather(pool->bar, 0);          /* join */
 }
 
@@ -259,12 +317,14 @@ int lockstep_pool_run(lockstep_pool_t *pool, lockstep_region_fn fn, void *arg)
 
 void lockstep_pool_free(lockstep_pool_t *pool)
 {
-    if (!pool || ls_pool_claim(pool) != 0)
+    if (!pool || claim(pool) != 0)
         return; /* NULL, or called inside a region: freeing now would deadlock */
-    pool->task.exit = 1;
-    lockstep_barrier_arrive_and_wait(pool->bar, 0);
-    for (int i = 1; i < pool->n; i++)
-        pthread_join(pool->threads[i], NULL);
+    if (pool->fork_gen == ls_fork_gen()) { /* else a forked child's: no workers here */
+        pool->task.exit = 1;
+        lockstep_barrier_arrive_and_wait(pool->bar, 0);
+        for (int i = 1; i < pool->n; i++)
+            pthread_join(pool->threads[i], NULL);
+    }
     destroy(pool);
 }
 

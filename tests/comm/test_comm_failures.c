@@ -447,6 +447,72 @@ static void test_busy(void)
     CHECK_EQ(shm_entries_with(job), 0);
 }
 
+/* ---- fork: a child's copy of a communicator is not a rank ---------------------------- */
+
+/* Rank 0 forks while rank 1 already waits in an allreduce. The child's collectives on
+ * its copy return -LOCKSTEP_EFORKED and touch nothing; it can free the copy and make
+ * a communicator of its own. Then the parent makes the call rank 1 waits in, and both
+ * get the right sum. (Before the fix the child's allreduce ran as rank 0 and paired
+ * with rank 1's: rank 1 returned 102 with the child's 100 in it, and the next call
+ * failed.) page value[0][0]: the child's exit status. */
+static int fork_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    int x[4] = {rank + 1, rank + 1, rank + 1, rank + 1}, y[4] = {0};
+    CHECK_EQ(lockstep_comm_allreduce(c, x, y, 4, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+    CHECK_EQ(y[0], 3);
+    if (rank == 0) {
+        usleep(20000); /* rank 1 is in its next call by now, or soon: no matter which */
+        fflush(NULL);
+        pid_t child = fork();
+        if (child == 0) {
+            watchdog(60);
+            int z[4] = {100, 100, 100, 100};
+            char b[300];
+            memset(b, 7, sizeof b);
+            int ok = lockstep_comm_allreduce(c, z, z, 4, LOCKSTEP_I32, LOCKSTEP_SUM) == -LOCKSTEP_EFORKED &&
+                     lockstep_comm_barrier(c) == -LOCKSTEP_EFORKED &&
+                     lockstep_comm_broadcast(c, b, sizeof b, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH) ==
+                         -LOCKSTEP_EFORKED &&
+                     lockstep_comm_allgather(c, b, b, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL) ==
+                         -LOCKSTEP_EFORKED &&
+                     z[0] == 100 && b[0] == 7 && b[299] == 7;
+            lockstep_comm_free(c);
+            /* a communicator of its own works */
+            lockstep_comm_params_t q = lockstep_comm_params_default();
+            snprintf(q.job, sizeof q.job, "%s-child", job);
+            lockstep_comm_t *own = ok ? lockstep_comm_create(&q) : NULL;
+            ok = own && lockstep_comm_allreduce(own, z, z, 4, LOCKSTEP_I32, LOCKSTEP_SUM) == 0 && z[3] == 100 &&
+                 lockstep_comm_barrier(own) == 0;
+            lockstep_comm_free(own);
+            _exit(ok ? 0 : 3);
+        }
+        int st = -1;
+        CHECK_EQ(waitpid(child, &st, 0), child);
+        harness_page()->value[0][0] = st;
+        x[0] = 10;
+    }
+    CHECK_EQ(lockstep_comm_allreduce(c, x, x, 4, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+    CHECK_EQ(x[0], 12); /* 10 + 2: the child's 100 never took part */
+    CHECK_EQ(x[1], 3);
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_fork(void)
+{
+    char job[96];
+    harness_page()->value[0][0] = -1;
+    harness_job(job, sizeof job, "fork");
+    CHECK_EQ(harness_run(fork_body, 2, job, 60, 0), 0);
+    CHECK_EQ(harness_page()->value[0][0], 0); /* the child's checks held */
+    CHECK_EQ(shm_entries_with(job), 0);
+}
+
 /* ---- leave: a peer that does its part and exits is no failure ----------------------- */
 
 /* Rank 1 waits on rank 0 in a call that rank 0 finishes without waiting for rank 1:
@@ -1047,8 +1113,10 @@ int main(int argc, char **argv)
         test_leave();
     } else if (strcmp(t, "busy") == 0) {
         test_busy();
+    } else if (strcmp(t, "fork") == 0) {
+        test_fork();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork\n", argv[0]);
         return 1;
     }
     return 0;

@@ -496,6 +496,42 @@ def test_mismatch_raises_on_every_rank():
     run_ranks(mismatch_body, 2)
 
 
+def fork_body(rank, size, job):
+    """rank 0 forks; the child's copy of the Comm refuses every call (its rank is the
+    parent's) and the child makes a Comm of its own; the parent's job goes on"""
+    with lockstep.Comm(job, rank, size, timeout=30) as c:
+        x = np.full(4, rank + 1, np.int32)
+        c.allreduce(x)
+        assert x.tolist() == [3] * 4
+        if rank == 0:
+            child = os.fork()
+            if child == 0:
+                status = 3
+                try:
+                    signal.alarm(30)  # the child's watchdog
+                    z = np.full(4, 100, np.int32)
+                    for call in (lambda: c.allreduce(z), c.barrier, lambda: c.broadcast(z, 0),
+                                 lambda: c.allgather(z)):
+                        with pytest.raises(lockstep.CommError, match="created before os.fork"):
+                            call()
+                    assert z.tolist() == [100] * 4
+                    with lockstep.Comm(job + "-child", 0, 1) as own:
+                        own.allreduce(z)
+                    status = 0
+                finally:
+                    os._exit(status)
+            _, st = os.waitpid(child, 0)
+            assert os.waitstatus_to_exitcode(st) == 0, "the child's checks failed"
+        x[:] = 10 if rank == 0 else 2
+        c.allreduce(x)
+        assert x.tolist() == [12, 12, 12, 12]  # 10 + 2: nothing of the child's
+    return True
+
+
+def test_a_forked_child_cannot_act_as_its_parents_rank():
+    run_ranks(fork_body, 2)
+
+
 def late_body(rank, size, job):
     with lockstep.Comm(job, rank, size, timeout=0.3) as c:
         if rank == 1:

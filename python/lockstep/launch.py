@@ -3,7 +3,10 @@
 Starts N copies of script.py on this machine with the variables torchrun sets
 (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so that
 lockstep.Comm.from_env() (and torch.distributed) find each other. If one copy fails
-the others are stopped; the exit code is the first failure's.
+the others are stopped; the exit code is the first failure's. Ctrl-C (SIGINT), SIGTERM
+and SIGHUP sent to the launcher are passed on to every copy (then, after 10 s, SIGKILL),
+so none is left running when the launcher is stopped; the exit code is then 128 plus the
+signal's number.
 """
 import argparse
 import os
@@ -20,6 +23,36 @@ def free_port():
         return s.getsockname()[1]
 
 
+class _Stopped(Exception):
+    """the launcher got SIGTERM or SIGHUP"""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stopped(signum, frame):
+    raise _Stopped(signum)
+
+
+def _stop(procs, signum):
+    """signum to every copy still running; SIGKILL to those still there after 10 s (or
+    at once on a second signal)"""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signum)
+    deadline = time.monotonic() + 10
+    try:
+        for p in procs:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stopped):
+        pass
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lockstep.launch", description=__doc__.split("\n")[2])
     ap.add_argument("-n", "--nproc", type=int, required=True, help="number of processes (ranks)")
@@ -33,14 +66,19 @@ def main(argv=None):
                  f"not {a.nproc}")
     port = str(free_port())
     procs = []
-    for r in range(a.nproc):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc),
-                   LOCAL_WORLD_SIZE=str(a.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        cmd = [sys.executable] + (["-m"] if a.module else []) + [a.target] + a.args
-        procs.append(subprocess.Popen(cmd, env=env))
+    # before the first copy starts, so that a stop never leaves one behind (the copies
+    # start with the default handlers: exec resets them)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stopped)
     code = 0
     try:
+        for r in range(a.nproc):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc),
+                       LOCAL_WORLD_SIZE=str(a.nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            cmd = [sys.executable] + (["-m"] if a.module else []) + [a.target] + a.args
+            procs.append(subprocess.Popen(cmd, env=env))
         live = list(procs)
+        kill_at = None
         while live:
             for p in list(live):
                 rc = p.poll()
@@ -49,18 +87,20 @@ def main(argv=None):
                 live.remove(p)
                 if rc != 0 and code == 0:
                     code = rc if rc > 0 else 128 - rc
+                    kill_at = time.monotonic() + 10
                     for q in live:  # one failed: stop the rest
                         q.send_signal(signal.SIGTERM)
+            if kill_at is not None and time.monotonic() > kill_at:
+                for q in live:  # ... and those that would not stop
+                    q.kill()
+                kill_at = None
             time.sleep(0.01)
     except KeyboardInterrupt:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        code = 130
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        _stop(procs, signal.SIGINT)
+        return 128 + signal.SIGINT
+    except _Stopped as e:
+        _stop(procs, e.signum)
+        return 128 + e.signum
     return code
 
 

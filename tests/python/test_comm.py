@@ -597,11 +597,66 @@ def test_launcher_sets_the_variables(tmp_path):
     bad.write_text("import sys, os; sys.exit(5 if os.environ['LOCAL_RANK'] == '1' else 0)\n")
     r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(bad)], timeout=120)
     assert r.returncode == 5
+    # a copy that ignores the SIGTERM sent after another failed is killed 10 s later
+    # (before, the launcher waited for it: here 120 s, past this call's timeout)
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text(textwrap.dedent(f"""
+        import os, signal, sys, time
+        ready = {str(tmp_path / "ready")!r}
+        if os.environ["RANK"] == "0":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            open(ready, "w").close()
+            time.sleep(120)
+        while not os.path.exists(ready):
+            time.sleep(0.01)
+        sys.exit(5)
+    """))
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(stubborn)], timeout=60)
+    assert r.returncode == 5
     for n in ("0", "257"):  # refused before any process starts
         r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", n, str(bad)], timeout=120,
                            capture_output=True, text=True)
         assert r.returncode == 2 and f"-n must be from 1 to 256 (the most ranks a communicator has), not {n}" \
             in r.stderr, r.stderr
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_stopping_the_launcher_stops_every_copy(tmp_path, signum):
+    """a launcher stopped by a signal (a scheduler's SIGTERM, a closed terminal's SIGHUP,
+    Ctrl-C) passes it on, so no copy is left running; before, SIGTERM and SIGHUP left
+    them all behind"""
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, sys, time\n"
+                      "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+                      "time.sleep(120)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "lockstep.launch", "-n", "3", str(script), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        files = [tmp_path / str(r) for r in range(3)]
+        while not all(f.exists() and f.read_text() for f in files):
+            assert time.monotonic() < deadline, "the copies did not start"
+            time.sleep(0.01)
+        pids = [int(f.read_text()) for f in files]
+        launcher.send_signal(signum)
+        assert launcher.wait(timeout=60) == 128 + signum
+        assert not [p for p in pids if _alive(p)], "a copy outlived its launcher"
+    finally:
+        launcher.kill()
+        for f in tmp_path.glob("[0-9]"):  # no copy outlives a failed test either
+            try:
+                with open(f"/proc/{int(f.read_text())}/cmdline", "rb") as c:
+                    if str(script).encode() in c.read():
+                        os.kill(int(f.read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
 
 
 def test_from_env_without_a_launcher_says_what_to_do():

@@ -30,6 +30,12 @@
  * call in flight goes on. lockstep_comm_free and lockstep_comm_peers are not checked:
  * free a communicator only once every call on it has returned.
  *
+ * Containers: ranks may run in different PID namespaces that share /dev/shm (docker
+ * --ipc=host, a pod's shared memory volume). A peer's pid means nothing in another
+ * namespace, so such a peer is judged by the deadline alone (its death ends the call
+ * with -ETIMEDOUT, not -LOCKSTEP_EPEERDIED), and the single-copy paths, which need
+ * the peers' pids, stay off.
+ *
  * fork(): a child's copy of a communicator is not a rank. Its collectives return
  * -LOCKSTEP_EFORKED and touch nothing, so the parent's rank and its peers go on
  * undisturbed; lockstep_comm_free in the child only unmaps the copy. A child that

@@ -82,7 +82,7 @@ void ls_cma_drain(lockstep_comm_t *c)
             continue;
         const ls_ctl_t *p = ls_ctl(c, r);
         for (unsigned i = 0; __atomic_load_n(&p->own.cma_into, __ATOMIC_SEQ_CST) == c->rank + 1; i++) {
-            if (!ls_pid_alive(__atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE)))
+            if (!ls_rank_alive(c, r))
                 break;
             uint64_t now = lockstep_now_ns();
             if (!until)

@@ -12,7 +12,9 @@
  *      segment lives only in our mappings, so a crash of any rank leaks nothing.
  * On any failure before 4 the rank unlinks the name too. If rank 0 is killed between
  * 1 and 4, the next rank 0 of any job on the machine sweeps the name away: a segment
- * whose creator is dead can never complete its rendezvous. */
+ * whose creator is dead can never complete its rendezvous. Liveness goes by pid, and
+ * so only within one PID namespace: a creator or peer of another (a container that
+ * shares /dev/shm) is never taken for dead, nor its segment swept (ls_pid_alive). */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -210,10 +212,18 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
 /* ---- liveness, deadlines, failure --------------------------------------------------- */
 
 /* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
-int ls_pid_alive(pid_t pid)
+uint32_t ls_pid_ns(void)
 {
-    if (pid <= 0)
-        return 1; /* not yet recorded: cannot judge */
+    /* not cached: a child forked after unshare(CLONE_NEWPID) is in another namespace
+     * than its parent was when it asked; one stat per liveness check (10 ms) */
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+int ls_pid_alive(pid_t pid, uint32_t ns)
+{
+    if (pid <= 0 || ns != ls_pid_ns())
+        return 1; /* not yet recorded, or of another namespace: cannot judge */
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return 0;
     char path[64], buf[256];
@@ -226,6 +236,13 @@ int ls_pid_alive(pid_t pid)
     buf[n] = 0;
     const char *paren = strrchr(buf, ')');
     return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+int ls_rank_alive(const lockstep_comm_t *c, int r)
+{
+    const ls_ctl_t *p = ls_ctl(c, r);
+    pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE);
+    return ls_pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE));
 }
 
 uint64_t ls_comm_deadline(const lockstep_comm_t *c)
@@ -281,7 +298,7 @@ static int between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
     if (c->cancel && c->cancel(c->cancel_arg))
         return ECANCELED;
     for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? c->size : peer + 1); r++)
-        if (r != c->rank && !ls_pid_alive(__atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_ACQUIRE)))
+        if (r != c->rank && !ls_rank_alive(c, r))
             return LOCKSTEP_EPEERDIED;
     /* in any other call numbered s, a peer that made call s an eager broadcast */
     if (c->hdr->eager_bytes && !c->in_eager && c->seq)
@@ -616,7 +633,7 @@ static int abandoned(int fd)
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
         ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
         if (h != MAP_FAILED) {
-            dead = h->creator_pid > 0 && !ls_pid_alive(h->creator_pid);
+            dead = h->creator_pid > 0 && !ls_pid_alive(h->creator_pid, h->creator_ns);
             munmap(h, sizeof *h);
         }
     }
@@ -829,7 +846,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                     if (h != MAP_FAILED) {
                         /* only a finished header from a live creator counts */
                         if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
-                            ls_pid_alive(h->creator_pid)) {
+                            ls_pid_alive(h->creator_pid, h->creator_ns)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||
@@ -880,6 +897,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     if (p->rank == 0) {
         memcpy(c->hdr, &want, sizeof want);
         c->hdr->creator_pid = (int32_t)getpid();
+        c->hdr->creator_ns = ls_pid_ns();
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();
         bp.kind = LOCKSTEP_BARRIER_AUTO; /* by ranks against CPUs; no gather needed */
         bp.process_shared = 1;
@@ -904,6 +922,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         err = EBUSY;
         goto fail;
     }
+    __atomic_store_n(&me->own.pid_ns, ls_pid_ns(), __ATOMIC_RELEASE); /* until then: not judged */
     me->own.fences = global_fences_wanted() && ls_wait_global_fences();
     me->own.cpu = sched_getcpu();
     me->own.base = (uint64_t)(uintptr_t)c->base;

@@ -45,7 +45,7 @@ enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_C
 typedef struct ls_seg_hdr {
     uint32_t magic, size;
     int32_t creator_pid;
-    uint32_t reserved;
+    uint32_t creator_ns; /* its PID namespace (ls_pid_ns): the pid means something only there */
     uint64_t small_bytes, chunk_bytes, data_stride;
     uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
@@ -112,7 +112,8 @@ typedef struct ls_ctl {
         lockstep_waitword_t done; /* the last eager broadcast I finished */
         int32_t fences;           /* at create: registered for global membarrier (comm.c) */
         int32_t cma_into;         /* 1 + the rank my single-copy write goes into, or 0 (cma.c) */
-        char pad[LS_LINE - 36 - 2 * sizeof(lockstep_waitword_t)];
+        uint32_t pid_ns;          /* the PID namespace pid is in (ls_pid_ns), written after it */
+        char pad[LS_LINE - 40 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -231,7 +232,15 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
  * switches) */
 int ls_env_set(const char *name);
 /* 0 once pid has exited (a zombie counts as exited); 1 while it runs or cannot be judged */
-int ls_pid_alive(pid_t pid);
+/* The PID namespace this process's pids are in (the inode of /proc/self/ns/pid), or 0
+ * if unknown. Ranks in other containers may share /dev/shm but not pids. */
+uint32_t ls_pid_ns(void);
+/* Is process pid of namespace ns alive? 1 also when that cannot be told from here: a
+ * pid from another PID namespace (or one not known yet) names no process of ours, so
+ * such a peer is judged by the deadline alone. */
+int ls_pid_alive(pid_t pid, uint32_t ns);
+/* rank r, as ls_pid_alive judges it */
+int ls_rank_alive(const lockstep_comm_t *c, int r);
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);
 int ls_comm_fail(lockstep_comm_t *c, int code);

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* process_vm_readv */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h> /* unshare */
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -513,6 +514,82 @@ static void test_fork(void)
     CHECK_EQ(shm_entries_with(job), 0);
 }
 
+/* ---- ranks in different PID namespaces (containers sharing /dev/shm) ---------------- */
+
+/* Rank 1 runs in a PID namespace of its own (unshare, as a container would), where rank
+ * 0's pid names no process and rank 1's own pid is 1. The ranks must still join and
+ * run calls whose waits span several liveness slices (rank 0 comes 50 ms late to
+ * each); before, rank 1 took rank 0 for dead: it never saw the segment's creator alive
+ * and its join timed out. Pids of the other namespace are not judged, so when rank 1
+ * then leaves without making rank 0's last call, rank 0 gets -ETIMEDOUT at its
+ * deadline (no EPEERDIED: that needs a pid it can look up). */
+static int pidns_rank(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = rank == 0 ? 3000 : 20000; /* rank 0 comes late to every call */
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c) {
+        fprintf(stderr, "rank %d: create: %s\n", rank, lockstep_strerror(-errno));
+        return 1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (rank == 0)
+            usleep(50000);
+        CHECK_EQ(lockstep_comm_barrier(c), 0);
+        int x[2] = {rank + 1, i};
+        CHECK_EQ(lockstep_comm_allreduce(c, x, x, 2, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        CHECK_EQ(x[0], 3);
+        CHECK_EQ(x[1], 2 * i);
+    }
+    if (rank == 0) { /* rank 1 has left: the deadline ends the call */
+        int x[2] = {0, 0};
+        CHECK_EQ(lockstep_comm_allreduce(c, x, x, 2, LOCKSTEP_I32, LOCKSTEP_SUM), -ETIMEDOUT);
+    }
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static int pidns_body(int rank, int size, const char *job)
+{
+    if (rank == 0)
+        return pidns_rank(rank, size, job);
+    if (unshare(CLONE_NEWPID) != 0)
+        return 2;
+    fflush(NULL);
+    pid_t inner = fork(); /* the first process of the new namespace: pid 1 there */
+    if (inner == 0) {
+        watchdog(60);
+        _exit(getpid() == 1 ? pidns_rank(rank, size, job) : 3);
+    }
+    int st = -1;
+    if (inner < 0 || waitpid(inner, &st, 0) != inner)
+        return 4;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 5;
+}
+
+/* Can this process make PID namespaces (root, or CAP_SYS_ADMIN)? */
+static int can_unshare_pid(void)
+{
+    pid_t probe = fork();
+    if (probe == 0)
+        _exit(unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+    int st = -1;
+    return probe > 0 && waitpid(probe, &st, 0) == probe && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int test_pidns(void)
+{
+    if (!can_unshare_pid()) {
+        fprintf(stderr, "skipped: cannot make a PID namespace here\n");
+        return TEST_SKIP;
+    }
+    char job[96];
+    harness_job(job, sizeof job, "pidns");
+    CHECK_EQ(harness_run(pidns_body, 2, job, 60, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+    return 0;
+}
+
 /* ---- leave: a peer that does its part and exits is no failure ----------------------- */
 
 /* Rank 1 waits on rank 0 in a call that rank 0 finishes without waiting for rank 1:
@@ -942,7 +1019,9 @@ static void test_rendezvous(void)
     waitpid(dead, NULL, 0);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);
-    int32_t hdr[4] = {0x6c73636d, 1, (int32_t)dead, 0};
+    struct stat ns;
+    CHECK(stat("/proc/self/ns/pid", &ns) == 0);
+    int32_t hdr[4] = {0x6c73636d, 1, (int32_t)dead, (int32_t)(uint32_t)ns.st_ino}; /* creator's pid, PID ns */
     CHECK(ftruncate(fd, 4096) == 0);
     CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
     close(fd);
@@ -969,6 +1048,25 @@ static void test_rendezvous(void)
     CHECK(c != NULL);
     CHECK_EQ(shm_entries_with(other), 0);
     lockstep_comm_free(c);
+
+    /* the same from another PID namespace (a container sharing /dev/shm): its pid
+     * names no process here, so it is neither swept nor replaced */
+    hdr[3] = (int32_t)((uint32_t)ns.st_ino + 1u);
+    fd = shm_open(other_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    CHECK(ftruncate(fd, 4096) == 0);
+    CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
+    close(fd);
+    c = lockstep_comm_create(&p); /* sweeps: leaves it */
+    CHECK(c != NULL);
+    lockstep_comm_free(c);
+    CHECK_EQ(shm_entries_with(other), 1);
+    lockstep_comm_params_t q = p;
+    snprintf(q.job, sizeof q.job, "%s", other);
+    CHECK(lockstep_comm_create(&q) == NULL && errno == EEXIST); /* not replaced */
+    CHECK_EQ(shm_entries_with(other), 1);
+    shm_unlink(other_name);
+    hdr[3] = (int32_t)(uint32_t)ns.st_ino;
 
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);
@@ -1115,8 +1213,10 @@ int main(int argc, char **argv)
         test_busy();
     } else if (strcmp(t, "fork") == 0) {
         test_fork();
+    } else if (strcmp(t, "pidns") == 0) {
+        return test_pidns();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork|pidns\n", argv[0]);
         return 1;
     }
     return 0;

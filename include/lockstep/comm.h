@@ -30,11 +30,13 @@
  * call in flight goes on. lockstep_comm_free and lockstep_comm_peers are not checked:
  * free a communicator only once every call on it has returned.
  *
- * Containers: ranks may run in different PID namespaces that share /dev/shm (docker
- * --ipc=host, a pod's shared memory volume). A peer's pid means nothing in another
- * namespace, so such a peer is judged by the deadline alone (its death ends the call
- * with -ETIMEDOUT, not -LOCKSTEP_EPEERDIED), and the single-copy paths, which need
- * the peers' pids, stay off.
+ * Liveness: every rank holds a lock on its byte of the segment's file (an open file
+ * description lock) from before it claims its rank until it frees the communicator or
+ * its process ends, and its pid is checked too. So a peer's death is noticed across
+ * PID namespaces (containers that share /dev/shm: docker --ipc=host, a pod's memory
+ * volume) and whatever became of its pid; there, the single-copy paths, which need
+ * the peers' pids, stay off. A rank that freed its communicator has not died: a call
+ * it never makes meets the deadline (-ETIMEDOUT), as for a rank that never comes.
  *
  * fork(): a child's copy of a communicator is not a rank. Its collectives return
  * -LOCKSTEP_EFORKED and touch nothing, so the parent's rank and its peers go on

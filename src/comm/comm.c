@@ -12,9 +12,10 @@
  *      segment lives only in our mappings, so a crash of any rank leaks nothing.
  * On any failure before 4 the rank unlinks the name too. If rank 0 is killed between
  * 1 and 4, the next rank 0 of any job on the machine sweeps the name away: a segment
- * whose creator is dead can never complete its rendezvous. Liveness goes by pid, and
- * so only within one PID namespace: a creator or peer of another (a container that
- * shares /dev/shm) is never taken for dead, nor its segment swept (ls_pid_alive). */
+ * whose creator is dead can never complete its rendezvous. Liveness goes by pid
+ * within one PID namespace (ls_pid_alive) and, in any, by each rank's lock on its byte
+ * of the file (lock_byte): a creator or peer in another namespace (a container that
+ * shares /dev/shm) is taken for dead only once its lock is gone. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dirent.h>
@@ -238,11 +239,41 @@ int ls_pid_alive(pid_t pid, uint32_t ns)
     return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
+/* Liveness locks. Every rank holds an open-file-description lock (F_OFD_SETLK) on byte
+ * `rank` of the segment's file, taken before it claims its rank and held until it
+ * frees the communicator or its process ends: the kernel drops it with the last
+ * descriptor of that open file, however the process ends. Unlike a pid, it means the
+ * same in every PID namespace (containers sharing /dev/shm) and cannot be inherited
+ * by an unrelated process. A forked child that keeps the descriptor keeps the lock,
+ * so the pid is checked too. Rank 0's lock on byte 0 also tells joiners and sweepers
+ * that the segment's creator lives. */
+static int lock_byte(int fd, int r)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = r, .l_len = 1};
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+        return 0;
+    return errno == EAGAIN || errno == EACCES ? -EAGAIN : -errno;
+}
+
+int ls_byte_locked(int fd, int r)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = r, .l_len = 1};
+    if (fd < 0 || fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return 1;
+    return fl.l_type != F_UNLCK;
+}
+
 int ls_rank_alive(const lockstep_comm_t *c, int r)
 {
     const ls_ctl_t *p = ls_ctl(c, r);
     pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE);
-    return ls_pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE));
+    if (pid <= 0)
+        return 1; /* not claimed yet */
+    if (!ls_pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE)))
+        return 0;
+    /* locked before the claim; let go only as the process ends or, saying so first,
+     * when the rank frees the communicator */
+    return !c->locks || ls_byte_locked(c->fd, r) || __atomic_load_n(&p->own.left, __ATOMIC_ACQUIRE);
 }
 
 uint64_t ls_comm_deadline(const lockstep_comm_t *c)
@@ -633,7 +664,9 @@ static int abandoned(int fd)
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
         ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
         if (h != MAP_FAILED) {
-            dead = h->creator_pid > 0 && !ls_pid_alive(h->creator_pid, h->creator_ns);
+            dead = h->creator_pid > 0 &&
+                   (!ls_pid_alive(h->creator_pid, h->creator_ns) ||
+                    (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC && !ls_byte_locked(fd, 0)));
             munmap(h, sizeof *h);
         }
     }
@@ -764,6 +797,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         return NULL;
     }
     c->fork_gen = ls_fork_gen();
+    c->fd = -1;
     c->rank = p->rank;
     c->size = p->size;
     c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
@@ -846,7 +880,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                     if (h != MAP_FAILED) {
                         /* only a finished header from a live creator counts */
                         if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
-                            ls_pid_alive(h->creator_pid, h->creator_ns)) {
+                            ls_pid_alive(h->creator_pid, h->creator_ns) && ls_byte_locked(fd, 0)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||
@@ -883,9 +917,19 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
             sleep_ms(1);
         }
     }
+    /* my liveness lock, before anything that shows my rank: before my claim below, and
+     * for rank 0 before the magic that shows the segment (see lock_byte) */
+    int lk = lock_byte(fd, p->rank);
+    c->fd = fd;
+    c->locks = lk == 0;
+    if (lk == -EAGAIN) { /* a live process holds my rank (see the claim below) */
+        err = EBUSY;
+        if (p->rank == 0)
+            goto fail_unlink;
+        goto fail;
+    }
     c->total = want.total;
     c->base = mmap(NULL, want.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (c->base == MAP_FAILED) {
         c->base = NULL;
         err = errno;
@@ -952,6 +996,8 @@ fail_unlink:
 fail:
     if (c->base)
         munmap(c->base, c->total);
+    if (c->fd >= 0)
+        close(c->fd);
     free(c);
     errno = err;
     return NULL;
@@ -1011,7 +1057,11 @@ void lockstep_comm_free(lockstep_comm_t *c)
 {
     if (!c)
         return;
+    if (c->fork_gen == ls_fork_gen()) /* not a forked child's copy: the rank is mine */
+        __atomic_store_n(&ls_ctl(c, c->rank)->own.left, 1u, __ATOMIC_RELEASE);
     munmap(c->base, c->total);
+    if (c->fd >= 0)
+        close(c->fd); /* my liveness lock goes (unless a forked child still holds the file) */
     free(c);
 }
 

@@ -113,7 +113,8 @@ typedef struct ls_ctl {
         int32_t fences;           /* at create: registered for global membarrier (comm.c) */
         int32_t cma_into;         /* 1 + the rank my single-copy write goes into, or 0 (cma.c) */
         uint32_t pid_ns;          /* the PID namespace pid is in (ls_pid_ns), written after it */
-        char pad[LS_LINE - 40 - 2 * sizeof(lockstep_waitword_t)];
+        uint32_t left;            /* 1: freed its communicator (its liveness lock goes too) */
+        char pad[LS_LINE - 44 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -133,6 +134,8 @@ struct lockstep_comm {
                           on the line of the fields every call reads) */
     int entered;       /* a thread is in a call (ls_comm_enter) */
     unsigned fork_gen; /* ls_fork_gen() at create: a forked child's copy is refused */
+    int fd;            /* the segment's file, kept open for my liveness lock (-1: none) */
+    int locks;         /* liveness locks work here (ls_rank_alive) */
     uint64_t timeout_ns;
     lockstep_wait_t wait;
     ls_seg_hdr_t *hdr;
@@ -239,7 +242,12 @@ uint32_t ls_pid_ns(void);
  * pid from another PID namespace (or one not known yet) names no process of ours, so
  * such a peer is judged by the deadline alone. */
 int ls_pid_alive(pid_t pid, uint32_t ns);
-/* rank r, as ls_pid_alive judges it */
+/* Is byte r of the segment's file locked by another open file description (a rank's
+ * liveness lock, comm.c)? 1 also when that cannot be told. */
+int ls_byte_locked(int fd, int r);
+/* rank r: by its pid, as ls_pid_alive judges it, and by its liveness lock (a rank that
+ * freed its communicator is not judged: like one that never comes, it meets the
+ * deadline) */
 int ls_rank_alive(const lockstep_comm_t *c, int r);
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);

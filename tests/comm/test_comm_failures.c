@@ -520,13 +520,13 @@ static void test_fork(void)
  * 0's pid names no process and rank 1's own pid is 1. The ranks must still join and
  * run calls whose waits span several liveness slices (rank 0 comes 50 ms late to
  * each); before, rank 1 took rank 0 for dead: it never saw the segment's creator alive
- * and its join timed out. Pids of the other namespace are not judged, so when rank 1
- * then leaves without making rank 0's last call, rank 0 gets -ETIMEDOUT at its
- * deadline (no EPEERDIED: that needs a pid it can look up). */
+ * and its join timed out. Then rank 1's process ends in the middle of the job, without
+ * freeing anything: rank 0's next call fails with -LOCKSTEP_EPEERDIED, from rank 1's
+ * liveness lock (its pid means nothing here), long before its 30 s deadline. */
 static int pidns_rank(int rank, int size, const char *job)
 {
     lockstep_comm_params_t p = harness_params(rank, size, job);
-    p.timeout_ms = rank == 0 ? 3000 : 20000; /* rank 0 comes late to every call */
+    p.timeout_ms = 30000;
     lockstep_comm_t *c = lockstep_comm_create(&p);
     if (!c) {
         fprintf(stderr, "rank %d: create: %s\n", rank, lockstep_strerror(-errno));
@@ -541,12 +541,47 @@ static int pidns_rank(int rank, int size, const char *job)
         CHECK_EQ(x[0], 3);
         CHECK_EQ(x[1], 2 * i);
     }
-    if (rank == 0) { /* rank 1 has left: the deadline ends the call */
-        int x[2] = {0, 0};
-        CHECK_EQ(lockstep_comm_allreduce(c, x, x, 2, LOCKSTEP_I32, LOCKSTEP_SUM), -ETIMEDOUT);
-    }
+    if (rank == 1)
+        _exit(0); /* as if killed: nothing freed (pid 1 of a namespace ignores its own SIGKILL) */
+    int x[2] = {0, 0};
+    CHECK_EQ(lockstep_comm_allreduce(c, x, x, 2, LOCKSTEP_I32, LOCKSTEP_SUM), -LOCKSTEP_EPEERDIED);
     lockstep_comm_free(c);
     return 0;
+}
+
+/* ---- a rank that freed its communicator has not died ------------------------------ */
+
+/* Rank 1 frees its communicator, which lets its liveness lock go, and stays alive until
+ * rank 0 is done. Rank 0's barrier, which rank 1 never makes, meets its deadline
+ * (-ETIMEDOUT), as for a rank that never comes: the lock says the rank is gone, its
+ * flag that it left, not died. page value[0][0]: rank 0 is done. */
+static int freed_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = rank == 0 ? 2000 : 30000;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    if (!c)
+        return 1;
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    if (rank == 1) {
+        lockstep_comm_free(c);
+        while (!__atomic_load_n(&harness_page()->value[0][0], __ATOMIC_ACQUIRE))
+            usleep(1000);
+        return 0;
+    }
+    CHECK_EQ(lockstep_comm_barrier(c), -ETIMEDOUT);
+    __atomic_store_n(&harness_page()->value[0][0], 1, __ATOMIC_RELEASE);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_freed(void)
+{
+    char job[96];
+    harness_page()->value[0][0] = 0;
+    harness_job(job, sizeof job, "freed");
+    CHECK_EQ(harness_run(freed_body, 2, job, 60, 0), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
 }
 
 static int pidns_body(int rank, int size, const char *job)
@@ -1050,13 +1085,15 @@ static void test_rendezvous(void)
     lockstep_comm_free(c);
 
     /* the same from another PID namespace (a container sharing /dev/shm): its pid
-     * names no process here, so it is neither swept nor replaced */
+     * names no process here, so its creator's liveness lock on byte 0 decides. Held
+     * (as a live rank 0 holds it): neither swept nor replaced; let go: swept */
+    struct flock creator = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
     hdr[3] = (int32_t)((uint32_t)ns.st_ino + 1u);
     fd = shm_open(other_name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);
     CHECK(ftruncate(fd, 4096) == 0);
     CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
-    close(fd);
+    CHECK(fcntl(fd, F_OFD_SETLK, &creator) == 0);
     c = lockstep_comm_create(&p); /* sweeps: leaves it */
     CHECK(c != NULL);
     lockstep_comm_free(c);
@@ -1065,16 +1102,21 @@ static void test_rendezvous(void)
     snprintf(q.job, sizeof q.job, "%s", other);
     CHECK(lockstep_comm_create(&q) == NULL && errno == EEXIST); /* not replaced */
     CHECK_EQ(shm_entries_with(other), 1);
-    shm_unlink(other_name);
+    close(fd); /* its creator ends */
+    c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    lockstep_comm_free(c);
+    CHECK_EQ(shm_entries_with(other), 0); /* swept */
     hdr[3] = (int32_t)(uint32_t)ns.st_ino;
 
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);
-    hdr[2] = (int32_t)getpid(); /* alive: us */
+    hdr[2] = (int32_t)getpid(); /* alive: us, holding the creator's lock */
     CHECK(ftruncate(fd, 4096) == 0);
     CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
-    close(fd);
+    CHECK(fcntl(fd, F_OFD_SETLK, &creator) == 0);
     CHECK(lockstep_comm_create(&p) == NULL && errno == EEXIST);
+    close(fd);
     shm_unlink(name);
 }
 
@@ -1215,8 +1257,10 @@ int main(int argc, char **argv)
         test_fork();
     } else if (strcmp(t, "pidns") == 0) {
         return test_pidns();
+    } else if (strcmp(t, "freed") == 0) {
+        test_freed();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork|pidns\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork|pidns|freed\n", argv[0]);
         return 1;
     }
     return 0;

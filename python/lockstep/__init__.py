@@ -247,6 +247,11 @@ class Comm:
         job, rank, size = _lockstep.env_params()
         return cls(job, rank, size, **kw)
 
+    def __reduce__(self):
+        raise TypeError("a lockstep.Comm belongs to the process that created it and cannot be pickled, "
+                        "copied or sent to another process (multiprocessing's spawn start method): "
+                        "create one in each process, e.g. with lockstep.Comm.from_env()")
+
     def allreduce(self, buf, op="sum"):
         """Reduce buf over all ranks, in place, and return it. op: "sum", "max" or "min".
         Every rank gets identical bits. (Each Comm binds the C method of the same name

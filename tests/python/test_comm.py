@@ -532,6 +532,17 @@ def test_a_forked_child_cannot_act_as_its_parents_rank():
     run_ranks(fork_body, 2)
 
 
+def test_a_comm_cannot_be_pickled_or_copied():
+    import copy
+    import pickle
+    with lockstep.Comm(f"py-pickle-{os.getpid()}", 0, 1) as c:
+        for attempt in (lambda: pickle.dumps(c), lambda: copy.copy(c), lambda: copy.deepcopy(c)):
+            with pytest.raises(TypeError, match="belongs to the process that created it.*create one in each "
+                                                "process, e.g. with lockstep.Comm.from_env"):
+                attempt()
+        c.barrier()  # still usable
+
+
 def late_body(rank, size, job):
     with lockstep.Comm(job, rank, size, timeout=0.3) as c:
         if rank == 1:

@@ -212,7 +212,6 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
 
 /* ---- liveness, deadlines, failure --------------------------------------------------- */
 
-/* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
 uint32_t ls_pid_ns(void)
 {
     /* not cached: a child forked after unshare(CLONE_NEWPID) is in another namespace
@@ -221,6 +220,7 @@ uint32_t ls_pid_ns(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 }
 
+/* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
 int ls_pid_alive(pid_t pid, uint32_t ns)
 {
     if (pid <= 0 || ns != ls_pid_ns())

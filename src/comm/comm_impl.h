@@ -174,7 +174,8 @@ struct lockstep_comm {
  * rank or, when the calls happen to pair up, in wrong data and no error. An atomic
  * exchange, so that of two threads coming in at once exactly one is refused. A forked
  * child's copy of the communicator gets -LOCKSTEP_EFORKED: its calls would run as the
- * parent's rank, beside the parent's own. Every public call is `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
+ * parent's rank, beside the parent's own. Every public call is
+ * `rc = ls_comm_enter(c); return rc ? rc : ls_comm_leave(c, call(...))`. */
 static inline int ls_comm_enter(lockstep_comm_t *c)
 {
     if (!c)
@@ -234,13 +235,13 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
 /* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
  * switches) */
 int ls_env_set(const char *name);
-/* 0 once pid has exited (a zombie counts as exited); 1 while it runs or cannot be judged */
 /* The PID namespace this process's pids are in (the inode of /proc/self/ns/pid), or 0
  * if unknown. Ranks in other containers may share /dev/shm but not pids. */
 uint32_t ls_pid_ns(void);
-/* Is process pid of namespace ns alive? 1 also when that cannot be told from here: a
- * pid from another PID namespace (or one not known yet) names no process of ours, so
- * such a peer is judged by the deadline alone. */
+/* 0 once process pid of PID namespace ns has exited (a zombie counts as exited); 1
+ * while it runs or when that cannot be told from here: a pid from another namespace
+ * (or one not known yet) names no process of ours, and only its lock can tell
+ * (ls_rank_alive). */
 int ls_pid_alive(pid_t pid, uint32_t ns);
 /* Is byte r of the segment's file locked by another open file description (a rank's
  * liveness lock, comm.c)? 1 also when that cannot be told. */

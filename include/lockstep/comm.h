@@ -196,7 +196,8 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *params, char *msg, 
  * ranks have mapped the segment (or the deadline). Returns NULL with errno: EINVAL
  * (bad params), ETIMEDOUT (peers did not come), LOCKSTEP_EMISMATCH (on every rank
  * that reached create, when one rank's size, slot, buffer or eager sizes differ from
- * rank 0's), ECANCELED (params.cancel asked),
+ * rank 0's), ECANCELED (params.cancel asked), EPROTO (rank 0 runs another build of
+ * lockstep, whose shared segment this one cannot read),
  * EEXIST (a live job already uses the name), EBUSY (another process holds this rank
  * of the job: the job is left as it was), ENOSPC (/dev/shm cannot hold the
  * segment: slots and buffers of every rank, all allocated here), ENOMEM, or the

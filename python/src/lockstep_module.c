@@ -142,6 +142,9 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
             PyErr_Format(CommTimeoutError, "cannot join the job '%s': not all of its %d ranks came within the "
                          "timeout (%lld ms); start every rank, with the same job name and size", job, size,
                          timeout_ms);
+        else if (errno == EPROTO)
+            PyErr_Format(CommError, "cannot join the job '%s': its rank 0 runs another version of lockstep, "
+                         "whose shared memory this one cannot read; run every rank with the same build", job);
         else if (errno == LOCKSTEP_EMISMATCH)
             PyErr_Format(MismatchError, "cannot join the job '%s': its ranks were created with different "
                          "size, small_bytes, chunk_bytes, allreduce_small_bytes, buffer_bytes or "

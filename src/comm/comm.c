@@ -664,6 +664,7 @@ static int abandoned(int fd)
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
         ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
         if (h != MAP_FAILED) {
+            /* the lock tells only in a segment of this protocol (older ones took none) */
             dead = h->creator_pid > 0 &&
                    (!ls_pid_alive(h->creator_pid, h->creator_ns) ||
                     (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC && !ls_byte_locked(fd, 0)));
@@ -878,9 +879,18 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                 if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
                     ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
                     if (h != MAP_FAILED) {
-                        /* only a finished header from a live creator counts */
-                        if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC &&
-                            ls_pid_alive(h->creator_pid, h->creator_ns) && ls_byte_locked(fd, 0)) {
+                        /* only a finished header from a live creator counts; one of
+                         * another build's protocol is refused, and left alone */
+                        uint32_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+                        if (ls_is_segment(magic) && magic != LS_COMM_MAGIC) {
+                            munmap(h, sizeof *h);
+                            close(fd);
+                            fd = -1;
+                            err = EPROTO;
+                            goto fail;
+                        }
+                        if (magic == LS_COMM_MAGIC && ls_pid_alive(h->creator_pid, h->creator_ns) &&
+                            ls_byte_locked(fd, 0)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||

@@ -34,7 +34,17 @@
 #include "../internal.h"
 #include "args.h"
 
-#define LS_COMM_MAGIC 0x6c73636du /* "lscm" */
+/* A segment's header starts with "lsc" and the protocol in the low byte. Bump
+ * LS_PROTOCOL with every change of the segment's layout or of the protocol on it: a
+ * rank of another build then refuses to join (EPROTO) instead of misreading the
+ * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own. */
+#define LS_MAGIC_BASE 0x6c736300u
+#define LS_PROTOCOL 0x6eu
+#define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
+static inline int ls_is_segment(uint32_t magic)
+{
+    return (magic & ~0xffu) == LS_MAGIC_BASE;
+}
 #define LS_LINE LOCKSTEP_CACHELINE
 
 #define LS_BUSY_BOTH 2

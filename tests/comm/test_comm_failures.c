@@ -13,6 +13,8 @@
 #include <sys/statvfs.h>
 
 #include "comm_harness.h"
+
+#define SEG_MAGIC 0x6c73636e /* comm_impl.h's LS_COMM_MAGIC */
 #include <sys/uio.h>
 
 /* LS_CMA_PIECE (src/comm/comm_impl.h): a single-copy write goes this much per check */
@@ -1056,7 +1058,9 @@ static void test_rendezvous(void)
     CHECK(fd >= 0);
     struct stat ns;
     CHECK(stat("/proc/self/ns/pid", &ns) == 0);
-    int32_t hdr[4] = {0x6c73636d, 1, (int32_t)dead, (int32_t)(uint32_t)ns.st_ino}; /* creator's pid, PID ns */
+    /* magic (comm_impl.h: LS_COMM_MAGIC, "lsc" and the protocol), size, the creator's
+     * pid and PID namespace */
+    int32_t hdr[4] = {SEG_MAGIC, 1, (int32_t)dead, (int32_t)(uint32_t)ns.st_ino};
     CHECK(ftruncate(fd, 4096) == 0);
     CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
     close(fd);
@@ -1108,6 +1112,29 @@ static void test_rendezvous(void)
     lockstep_comm_free(c);
     CHECK_EQ(shm_entries_with(other), 0); /* swept */
     hdr[3] = (int32_t)(uint32_t)ns.st_ino;
+
+    /* a live rank 0 of another build (another protocol byte): a joiner refuses it at
+     * once with EPROTO, and leaves it alone, instead of waiting for a header it can
+     * read until its deadline */
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    int32_t other_build[4] = {SEG_MAGIC + 1, 2, (int32_t)getpid(), hdr[3]};
+    CHECK(ftruncate(fd, 4096) == 0);
+    CHECK(write(fd, other_build, sizeof other_build) == (ssize_t)sizeof other_build);
+    CHECK(fcntl(fd, F_OFD_SETLK, &creator) == 0);
+    q = p;
+    q.rank = 1;
+    q.size = 2;
+    q.timeout_ms = 20000;
+    errno = 0;
+    CHECK(lockstep_comm_create(&q) == NULL);
+    CHECK_EQ(errno, EPROTO);
+    int32_t after[4] = {0};
+    CHECK(pread(fd, after, sizeof after, 0) == (ssize_t)sizeof after);
+    CHECK(memcmp(after, other_build, sizeof after) == 0);
+    CHECK_EQ(shm_entries_with(job), 1);
+    close(fd);
+    shm_unlink(name);
 
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     CHECK(fd >= 0);

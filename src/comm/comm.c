@@ -13,7 +13,7 @@
  * On any failure before 4 the rank unlinks the name too. If rank 0 is killed between
  * 1 and 4, the next rank 0 of any job on the machine sweeps the name away: a segment
  * whose creator is dead can never complete its rendezvous. Liveness goes by pid
- * within one PID namespace (ls_pid_alive) and, in any, by each rank's lock on its byte
+ * within one PID namespace (pid_alive) and, in any, by each rank's lock on its byte
  * of the file (lock_byte): a creator or peer in another namespace (a container that
  * shares /dev/shm) is taken for dead only once its lock is gone. */
 #define _GNU_SOURCE
@@ -212,18 +212,22 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
 
 /* ---- liveness, deadlines, failure --------------------------------------------------- */
 
-uint32_t ls_pid_ns(void)
+/* The PID namespace this process's pids are in (the inode of /proc/self/ns/pid), or 0
+ * if unknown. Ranks in other containers may share /dev/shm but not pids. Asked once
+ * per create (a communicator keeps it): a process never changes its own namespace. */
+static uint32_t pid_ns(void)
 {
-    /* not cached: a child forked after unshare(CLONE_NEWPID) is in another namespace
-     * than its parent was when it asked; one stat per liveness check (10 ms) */
     struct stat st;
     return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 }
 
-/* Dead means gone, or a zombie nobody has reaped yet (our own child, for instance). */
-int ls_pid_alive(pid_t pid, uint32_t ns)
+/* 0 once process pid of PID namespace ns has exited, as seen from namespace here: gone,
+ * or a zombie nobody has reaped yet (our own child, for instance). 1 while it runs or
+ * when that cannot be told: a pid of another namespace (or one not known yet) names no
+ * process of ours, and only its lock can tell (ls_rank_alive). */
+static int pid_alive(pid_t pid, uint32_t ns, uint32_t here)
 {
-    if (pid <= 0 || ns != ls_pid_ns())
+    if (pid <= 0 || ns != here)
         return 1; /* not yet recorded, or of another namespace: cannot judge */
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return 0;
@@ -255,7 +259,9 @@ static int lock_byte(int fd, int r)
     return errno == EAGAIN || errno == EACCES ? -EAGAIN : -errno;
 }
 
-int ls_byte_locked(int fd, int r)
+/* Is byte r of the segment's file locked by another open file description (a rank's
+ * liveness lock)? 1 also when that cannot be told. */
+static int byte_locked(int fd, int r)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = r, .l_len = 1};
     if (fd < 0 || fcntl(fd, F_OFD_GETLK, &fl) != 0)
@@ -269,11 +275,11 @@ int ls_rank_alive(const lockstep_comm_t *c, int r)
     pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE);
     if (pid <= 0)
         return 1; /* not claimed yet */
-    if (!ls_pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE)))
+    if (!pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE), c->pid_ns))
         return 0;
     /* locked before the claim; let go only as the process ends or, saying so first,
      * when the rank frees the communicator */
-    return !c->locks || ls_byte_locked(c->fd, r) || __atomic_load_n(&p->own.left, __ATOMIC_ACQUIRE);
+    return !c->locks || byte_locked(c->fd, r) || __atomic_load_n(&p->own.left, __ATOMIC_ACQUIRE);
 }
 
 uint64_t ls_comm_deadline(const lockstep_comm_t *c)
@@ -657,7 +663,7 @@ static void sleep_ms(unsigned ms)
 /* Is the lockstep segment behind fd abandoned: its header readable and its creator dead?
  * Such a rendezvous can never complete, and a completed one is unlinked already, so
  * its name is garbage. */
-static int abandoned(int fd)
+static int abandoned(int fd, uint32_t here)
 {
     struct stat st;
     int dead = 0;
@@ -666,8 +672,8 @@ static int abandoned(int fd)
         if (h != MAP_FAILED) {
             /* the lock tells only in a segment of this protocol (older ones took none) */
             dead = h->creator_pid > 0 &&
-                   (!ls_pid_alive(h->creator_pid, h->creator_ns) ||
-                    (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC && !ls_byte_locked(fd, 0)));
+                   (!pid_alive(h->creator_pid, h->creator_ns, here) ||
+                    (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC && !byte_locked(fd, 0)));
             munmap(h, sizeof *h);
         }
     }
@@ -676,7 +682,7 @@ static int abandoned(int fd)
 
 /* Unlink every /dev/shm/lockstep-* left by a rank 0 that died during a rendezvous
  * (after creating the name, before every rank had mapped it). */
-static void sweep_abandoned(void)
+static void sweep_abandoned(uint32_t here)
 {
     DIR *d = opendir("/dev/shm");
     if (!d)
@@ -691,7 +697,7 @@ static void sweep_abandoned(void)
         int fd = shm_open(name, O_RDONLY, 0);
         if (fd < 0)
             continue;
-        if (abandoned(fd))
+        if (abandoned(fd, here))
             shm_unlink(name);
         close(fd);
     }
@@ -699,7 +705,7 @@ static void sweep_abandoned(void)
 }
 
 /* Rank 0: create the segment exclusively, replacing a stale one. Returns the fd or -errno. */
-static int create_segment(const char *name, size_t total)
+static int create_segment(const char *name, size_t total, uint32_t here)
 {
     for (int tries = 0; tries < 3; tries++) {
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -720,7 +726,7 @@ static int create_segment(const char *name, size_t total)
         int old = shm_open(name, O_RDONLY, 0);
         if (old < 0)
             continue;
-        int stale = abandoned(old);
+        int stale = abandoned(old, here);
         close(old);
         if (!stale)
             return -EEXIST;
@@ -799,6 +805,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     }
     c->fork_gen = ls_fork_gen();
     c->fd = -1;
+    c->pid_ns = pid_ns();
     c->rank = p->rank;
     c->size = p->size;
     c->timeout_ns = (uint64_t)p->timeout_ms * 1000000ull;
@@ -864,8 +871,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     uint64_t deadline = c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
     int fd = -1;
     if (p->rank == 0) {
-        sweep_abandoned();
-        fd = create_segment(name, want.total);
+        sweep_abandoned(c->pid_ns);
+        fd = create_segment(name, want.total, c->pid_ns);
         if (fd < 0) {
             err = -fd;
             goto fail;
@@ -889,8 +896,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
                             err = EPROTO;
                             goto fail;
                         }
-                        if (magic == LS_COMM_MAGIC && ls_pid_alive(h->creator_pid, h->creator_ns) &&
-                            ls_byte_locked(fd, 0)) {
+                        if (magic == LS_COMM_MAGIC && pid_alive(h->creator_pid, h->creator_ns, c->pid_ns) &&
+                            byte_locked(fd, 0)) {
                             differs = h->size != want.size || h->small_bytes != want.small_bytes ||
                                       (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
                                       h->chunk_bytes != want.chunk_bytes ||
@@ -951,7 +958,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     if (p->rank == 0) {
         memcpy(c->hdr, &want, sizeof want);
         c->hdr->creator_pid = (int32_t)getpid();
-        c->hdr->creator_ns = ls_pid_ns();
+        c->hdr->creator_ns = c->pid_ns;
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();
         bp.kind = LOCKSTEP_BARRIER_AUTO; /* by ranks against CPUs; no gather needed */
         bp.process_shared = 1;
@@ -976,7 +983,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         err = EBUSY;
         goto fail;
     }
-    __atomic_store_n(&me->own.pid_ns, ls_pid_ns(), __ATOMIC_RELEASE); /* until then: not judged */
+    __atomic_store_n(&me->own.pid_ns, c->pid_ns, __ATOMIC_RELEASE); /* until then: not judged */
     me->own.fences = global_fences_wanted() && ls_wait_global_fences();
     me->own.cpu = sched_getcpu();
     me->own.base = (uint64_t)(uintptr_t)c->base;

@@ -55,7 +55,7 @@ enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_C
 typedef struct ls_seg_hdr {
     uint32_t magic, size;
     int32_t creator_pid;
-    uint32_t creator_ns; /* its PID namespace (ls_pid_ns): the pid means something only there */
+    uint32_t creator_ns; /* its PID namespace (comm.c: pid_ns): its pid means nothing elsewhere */
     uint64_t small_bytes, chunk_bytes, data_stride;
     uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
@@ -122,7 +122,7 @@ typedef struct ls_ctl {
         lockstep_waitword_t done; /* the last eager broadcast I finished */
         int32_t fences;           /* at create: registered for global membarrier (comm.c) */
         int32_t cma_into;         /* 1 + the rank my single-copy write goes into, or 0 (cma.c) */
-        uint32_t pid_ns;          /* the PID namespace pid is in (ls_pid_ns), written after it */
+        uint32_t pid_ns;          /* the PID namespace pid is in (comm.c: pid_ns), written after it */
         uint32_t left;            /* 1: freed its communicator (its liveness lock goes too) */
         char pad[LS_LINE - 44 - 2 * sizeof(lockstep_waitword_t)];
     } own;
@@ -146,6 +146,7 @@ struct lockstep_comm {
     unsigned fork_gen; /* ls_fork_gen() at create: a forked child's copy is refused */
     int fd;            /* the segment's file, kept open for my liveness lock (-1: none) */
     int locks;         /* liveness locks work here (ls_rank_alive) */
+    uint32_t pid_ns;   /* my PID namespace: peers' pids of another are not judged */
     uint64_t timeout_ns;
     lockstep_wait_t wait;
     ls_seg_hdr_t *hdr;
@@ -245,20 +246,9 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
 /* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
  * switches) */
 int ls_env_set(const char *name);
-/* The PID namespace this process's pids are in (the inode of /proc/self/ns/pid), or 0
- * if unknown. Ranks in other containers may share /dev/shm but not pids. */
-uint32_t ls_pid_ns(void);
-/* 0 once process pid of PID namespace ns has exited (a zombie counts as exited); 1
- * while it runs or when that cannot be told from here: a pid from another namespace
- * (or one not known yet) names no process of ours, and only its lock can tell
- * (ls_rank_alive). */
-int ls_pid_alive(pid_t pid, uint32_t ns);
-/* Is byte r of the segment's file locked by another open file description (a rank's
- * liveness lock, comm.c)? 1 also when that cannot be told. */
-int ls_byte_locked(int fd, int r);
-/* rank r: by its pid, as ls_pid_alive judges it, and by its liveness lock (a rank that
- * freed its communicator is not judged: like one that never comes, it meets the
- * deadline) */
+/* rank r: by its pid, within this process's PID namespace, and by its liveness lock
+ * (comm.c; a rank that freed its communicator is not judged: like one that never
+ * comes, it meets the deadline) */
 int ls_rank_alive(const lockstep_comm_t *c, int r);
 uint64_t ls_comm_deadline(const lockstep_comm_t *c);
 int ls_comm_failed(lockstep_comm_t *c);

@@ -78,7 +78,6 @@ def main(argv=None):
             cmd = [sys.executable] + (["-m"] if a.module else []) + [a.target] + a.args
             procs.append(subprocess.Popen(cmd, env=env))
         live = list(procs)
-        kill_at = None
         while live:
             for p in list(live):
                 rc = p.poll()
@@ -87,13 +86,7 @@ def main(argv=None):
                 live.remove(p)
                 if rc != 0 and code == 0:
                     code = rc if rc > 0 else 128 - rc
-                    kill_at = time.monotonic() + 10
-                    for q in live:  # one failed: stop the rest
-                        q.send_signal(signal.SIGTERM)
-            if kill_at is not None and time.monotonic() > kill_at:
-                for q in live:  # ... and those that would not stop
-                    q.kill()
-                kill_at = None
+                    _stop(live, signal.SIGTERM)  # one failed: stop the rest
             time.sleep(0.01)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)

@@ -106,6 +106,18 @@ static inline lockstep_comm_t *harness_comm(int rank, int size, const char *job,
     return c;
 }
 
+/* fn as `size` ranks of a new job named after `what` (watchdog_s and expect_killed as
+ * for harness_run): every rank must pass, and no segment of the job may be left in
+ * /dev/shm. */
+static inline void harness_run_clean(rank_fn fn, int size, const char *what, unsigned watchdog_s,
+                                     unsigned expect_killed)
+{
+    char job[96];
+    harness_job(job, sizeof job, what);
+    CHECK_EQ(harness_run(fn, size, job, watchdog_s, expect_killed), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
+}
+
 /* FNV-1a over bytes */
 static inline uint64_t digest(const void *p, size_t n)
 {

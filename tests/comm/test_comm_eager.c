@@ -237,9 +237,7 @@ static void test_params(void)
     CHECK_EQ(lockstep_comm_broadcast(c, b, 8, 0, 0, 0), 0);
     CHECK_EQ(b[7], 8);
     lockstep_comm_free(c);
-    harness_job(job, sizeof job, "eager-disagree");
-    CHECK_EQ(harness_run(disagree_body, 2, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(disagree_body, 2, "eager-disagree", 60, 0);
 }
 
 int main(int argc, char **argv)
@@ -250,9 +248,7 @@ int main(int argc, char **argv)
     if (strcmp(t, "values") == 0 && argc > 2) {
         int n = atoi(argv[2]);
         CHECK(n >= 1 && n <= MAX_TEST_RANKS);
-        harness_job(job, sizeof job, "eager");
-        CHECK_EQ(harness_run(values_body, n, job, 200, 0), 0);
-        CHECK_EQ(shm_entries_with(job), 0);
+        harness_run_clean(values_body, n, "eager", 200, 0);
     } else if (strcmp(t, "mismatch") == 0) {
         for (mismatch_case = 0; mismatch_case <= 6; mismatch_case++) {
             harness_job(job, sizeof job, "eager-mismatch");
@@ -265,9 +261,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "death") == 0) {
         for (int k = 0; k < 2; k++) {
             death_of = k == 0 ? 0 : 2;
-            harness_job(job, sizeof job, "eager-death");
-            CHECK_EQ(harness_run(death_body, 3, job, 60, 1u << death_of), 0);
-            CHECK_EQ(shm_entries_with(job), 0);
+            harness_run_clean(death_body, 3, "eager-death", 60, 1u << death_of);
         }
     } else if (strcmp(t, "params") == 0) {
         test_params();

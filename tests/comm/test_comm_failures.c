@@ -271,11 +271,8 @@ static int test_cma_drain(void)
         fprintf(stderr, "skipped: single copy needs 2 CPUs and process_vm_readv between siblings\n");
         return 77;
     }
-    char job[96];
     harness_page()->value[0][1] = 0;
-    harness_job(job, sizeof job, "drain");
-    CHECK_EQ(harness_run(drain_body, 2, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(drain_body, 2, "drain", 60, 0);
     return 0;
 #endif
 }
@@ -370,9 +367,7 @@ static void test_cancel(void)
     for (int kind = 0; kind < 3; kind++) {
         harness_page()->value[0][0] = 0;
         harness_page()->value[1][0] = kind;
-        harness_job(job, sizeof job, "cancel");
-        CHECK_EQ(harness_run(cancel_body, 2, job, 60, 0), 0);
-        CHECK_EQ(shm_entries_with(job), 0);
+        harness_run_clean(cancel_body, 2, "cancel", 60, 0);
     }
 }
 
@@ -443,11 +438,8 @@ static int busy_body(int rank, int size, const char *job)
 
 static void test_busy(void)
 {
-    char job[96];
     harness_page()->value[0][0] = 0;
-    harness_job(job, sizeof job, "busy");
-    CHECK_EQ(harness_run(busy_body, 2, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(busy_body, 2, "busy", 60, 0);
 }
 
 /* ---- fork: a child's copy of a communicator is not a rank ---------------------------- */
@@ -508,12 +500,9 @@ static int fork_body(int rank, int size, const char *job)
 
 static void test_fork(void)
 {
-    char job[96];
     harness_page()->value[0][0] = -1;
-    harness_job(job, sizeof job, "fork");
-    CHECK_EQ(harness_run(fork_body, 2, job, 60, 0), 0);
+    harness_run_clean(fork_body, 2, "fork", 60, 0);
     CHECK_EQ(harness_page()->value[0][0], 0); /* the child's checks held */
-    CHECK_EQ(shm_entries_with(job), 0);
 }
 
 /* ---- ranks in different PID namespaces (containers sharing /dev/shm) ---------------- */
@@ -579,11 +568,8 @@ static int freed_body(int rank, int size, const char *job)
 
 static void test_freed(void)
 {
-    char job[96];
     harness_page()->value[0][0] = 0;
-    harness_job(job, sizeof job, "freed");
-    CHECK_EQ(harness_run(freed_body, 2, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(freed_body, 2, "freed", 60, 0);
 }
 
 static int pidns_body(int rank, int size, const char *job)
@@ -620,10 +606,7 @@ static int test_pidns(void)
         fprintf(stderr, "skipped: cannot make a PID namespace here\n");
         return TEST_SKIP;
     }
-    char job[96];
-    harness_job(job, sizeof job, "pidns");
-    CHECK_EQ(harness_run(pidns_body, 2, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(pidns_body, 2, "pidns", 60, 0);
     return 0;
 }
 
@@ -992,26 +975,16 @@ static void test_rendezvous(void)
     CHECK(lockstep_comm_create(&p) == NULL && errno == ETIMEDOUT);
 
     /* ranks that disagree on the size */
-    harness_job(job, sizeof job, "size");
-    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
-    harness_job(job, sizeof job, "switch");
+    harness_run_clean(disagree_body, 2, "size", 30, 0);
     disagree_on = 1;
-    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
-    harness_job(job, sizeof job, "buffer");
+    harness_run_clean(disagree_body, 2, "switch", 30, 0);
     disagree_on = 2;
-    CHECK_EQ(harness_run(disagree_body, 2, job, 30, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(disagree_body, 2, "buffer", 30, 0);
     disagree_on = 0;
-    harness_job(job, sizeof job, "duplicate");
     harness_page()->value[0][0] = 0;
-    CHECK_EQ(harness_run(duplicate_body, 4, job, 60, 0), 0);
-    CHECK_EQ(shm_entries_with(job), 0);
+    harness_run_clean(duplicate_body, 4, "duplicate", 60, 0);
     for (auto_switch_mode = 0; auto_switch_mode < 5; auto_switch_mode++) {
-        harness_job(job, sizeof job, "auto");
-        CHECK_EQ(harness_run(auto_switch_body, 2, job, 30, 0), 0);
-        CHECK_EQ(shm_entries_with(job), 0);
+        harness_run_clean(auto_switch_body, 2, "auto", 30, 0);
     }
     p = lockstep_comm_params_default();
     snprintf(p.job, sizeof p.job, "x");
@@ -1254,9 +1227,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "cma_drain") == 0) {
         return test_cma_drain();
     } else if (strcmp(t, "timeout") == 0) {
-        harness_job(job, sizeof job, "late");
-        CHECK_EQ(harness_run(late_body, 2, job, 60, 0), 0);
-        CHECK_EQ(shm_entries_with(job), 0);
+        harness_run_clean(late_body, 2, "late", 60, 0);
     } else if (strcmp(t, "mismatch") == 0) {
         for (mismatch_case = 0; mismatch_case <= 10; mismatch_case++) {
             harness_job(job, sizeof job, "mismatch");

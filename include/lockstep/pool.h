@@ -16,7 +16,7 @@
  * parent). The child's first run, parallel_for or graph_run starts n_threads - 1 new
  * workers for its copy (-EAGAIN if it cannot), so regions behave in the child as in the
  * parent; lockstep_pool_free in the child frees the copy. A pool that another thread
- * was driving at the fork stays busy in the child (-EBUSY): fork while it is idle.
+ * was driving at the fork is idle in the child (that thread stayed in the parent).
  * A share that forks: in the child, its region ends when the share returns (a graph
  * run, after that node: -LOCKSTEP_EABORTED), or its thread ends if it was a worker's,
  * instead of waiting for shares that stayed in the parent. */

@@ -20,8 +20,8 @@
  * instead of waiting forever for workers that are not there. A fork made inside a
  * region leaves the child's copy of that region without its join (participant 0; a
  * graph run stops after the node) or ends the child's thread (a worker: it would wait
- * for the others forever). A pool that another thread was driving at the fork stays
- * claimed in the child: -EBUSY. */
+ * for the others forever). A pool that another thread was driving at the fork is idle in
+ * the child (that thread stayed in the parent): its first claim there takes it over. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -242,10 +242,19 @@ fail:
     return NULL;
 }
 
+/* busy: 0 when idle, else 2 * ls_fork_gen() + 1 of the process whose thread claimed
+ * it. In a forked child a claim made in an ancestor is stale (unless the thread that
+ * forked made it: it is inside a region), since its driver did not come along: the
+ * first claim takes it over, one thread of the child at most (compare and swap). */
+static uint32_t claimed_here(void)
+{
+    return 2u * ls_fork_gen() + 1u;
+}
+
 static int claim(lockstep_pool_t *pool)
 {
-    uint32_t idle = 0;
-    if (__atomic_compare_exchange_n(&pool->busy, &idle, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    uint32_t idle = 0, here = claimed_here();
+    if (__atomic_compare_exchange_n(&pool->busy, &idle, here, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
         __atomic_store_n(&pool->owner, self_id(), __ATOMIC_RELAXED);
         return 0;
     }
@@ -256,6 +265,12 @@ static int claim(lockstep_pool_t *pool)
     for (int i = 1; i < pool->n; i++)
         if (pthread_equal(pool->threads[i], pthread_self()))
             return -EDEADLK;
+    uint32_t seen = idle; /* what the compare and swap found */
+    if (seen != here && seen != 0 &&
+        __atomic_compare_exchange_n(&pool->busy, &seen, here, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&pool->owner, me, __ATOMIC_RELAXED);
+        return 0; /* a stale claim from before the fork: the pool is ours (respawn follows) */
+    }
     return -EBUSY;
 }
 

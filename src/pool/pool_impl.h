@@ -39,7 +39,7 @@ struct lockstep_pool {
     } task;
     LS_PAD(pad1, sizeof(void *) * 3);
 
-    /* who drives the pool: 0 = idle, 1 = a region is in flight */
+    /* who drives the pool: 0 = idle, else a region is in flight (see claim in pool.c) */
     _Alignas(LOCKSTEP_CACHELINE) uint32_t busy;
     uintptr_t owner;           /* pthread_self() of the driver, as an integer */
     lockstep_waitword_t start; /* 1 = workers may begin, 2 = creation failed: exit */

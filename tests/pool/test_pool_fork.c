@@ -4,8 +4,11 @@
  * that only frees its copy ends; the parent's pool goes on untouched. A share that
  * forks ends the child's copy of its region instead of waiting for shares that stayed
  * in the parent: participant 0 of a run (the child can run again) and of a graph run
- * (-LOCKSTEP_EABORTED), and a worker (its thread, and so the child, ends).
- * Before the fix a child's first region waited forever for the parent's workers. */
+ * (-LOCKSTEP_EABORTED), and a worker (its thread, and so the child, ends). A pool
+ * that another thread is driving at the fork is the child's to use (that thread
+ * stayed in the parent), and the parent's region goes on.
+ * Before the fix a child's first region waited forever for the parent's workers; a
+ * pool driven by another thread at the fork gave -EBUSY in the child for good. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -157,6 +160,59 @@ static int fork_node(void *p, int node, int ith, int nth)
     return 0;
 }
 
+/* ---- another thread drives the pool at the fork ------------------------------------ */
+
+struct held {
+    lockstep_pool_t *pool;
+    uint32_t inside, go;
+    int rc;
+};
+
+/* participant 0 stays in the region until told to go */
+static void hold_share(void *p, int ith, int nth)
+{
+    (void)nth;
+    struct held *h = p;
+    if (ith != 0)
+        return;
+    __atomic_store_n(&h->inside, 1u, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&h->go, __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
+static void *drive(void *p)
+{
+    struct held *h = p;
+    h->rc = lockstep_pool_run(h->pool, hold_share, h);
+    return NULL;
+}
+
+static void fork_while_driven(lockstep_pool_t *pool, int n)
+{
+    struct held h;
+    memset(&h, 0, sizeof h);
+    h.pool = pool;
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, drive, &h), 0);
+    while (!__atomic_load_n(&h.inside, __ATOMIC_ACQUIRE))
+        sched_yield();
+    CHECK_EQ(lockstep_pool_run(pool, hold_share, &h), -EBUSY); /* the parent's is in use */
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        watchdog(60);
+        check_all(pool, n);
+        lockstep_pool_free(pool);
+        _exit(0);
+    }
+    int rc = reap(child);
+    __atomic_store_n(&h.go, 1u, __ATOMIC_RELEASE);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(h.rc, 0);
+    CHECK_EQ(rc, 0);
+    check_all(pool, n);
+}
+
 int main(void)
 {
 #ifdef UNDER_TSAN
@@ -238,6 +294,7 @@ int main(void)
             CHECK_EQ(lockstep_pool_run(pool, fork_share, &f), 0);
             CHECK_EQ(reap(f.child), 0);
         }
+        fork_while_driven(pool, n);
         check_all(pool, n);
         lockstep_pool_free(pool);
     }

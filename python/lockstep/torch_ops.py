@@ -25,6 +25,20 @@ into it). Their fake (meta) implementations only give the
 output's shape, which is all tracing needs. They have no backward: on a tensor that
 requires grad, call them under torch.no_grad() or torch.inference_mode().
 
+For autograd, all_gather_autograd, reduce_scatter_autograd and all_to_all_autograd
+take the same arguments and give the same results, with a backward: the gradient of
+the sum over ranks of each rank's loss, as torch's autograd functional collectives
+give it. all_gather's is the reduce_scatter (sum) of the output's gradient along the
+same dim, reduce_scatter's the all_gather of it, all_to_all's an all_to_all with
+scatter_dim and gather_dim swapped, each itself differentiable. Every rank must then
+run its backward (the backward's collectives meet in the same order on every rank).
+reduce_scatter_autograd with max or min has no gradient: on a tensor that requires
+grad (grad enabled), it raises RuntimeError on every rank once its transfer is done,
+so the ranks stay in step. They are separate ops because torch's Python autograd
+layer costs about 3.5 us per eager call outside torch.inference_mode(), which
+inference should not pay. all_reduce_ and broadcast_ change their tensor in place,
+which torch's custom ops cannot give a backward for.
+
 The op is defined through torch.library.Library (a schema and one kernel) rather than
 the torch.library.custom_op decorator, whose Python autograd and view-tracking layers
 cost about 20 us per eager call; this way an eager call costs about 3 us more than
@@ -56,7 +70,9 @@ def _comm(handle):
 
 def _no_grad(tensor, name):
     if tensor.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError(f"torch.ops.lockstep.{name} has no backward: call it under torch.no_grad() "
+        also = (f" (torch.ops.lockstep.{name}_autograd has one)"
+                if name in ("all_gather", "reduce_scatter", "all_to_all") else "")
+        raise RuntimeError(f"torch.ops.lockstep.{name} has no backward{also}: call it under torch.no_grad() "
                            "or torch.inference_mode(), or on a tensor that does not require grad")
 
 
@@ -170,15 +186,63 @@ def _fake_all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
     return tensor.new_empty(shape)
 
 
+# ---- the autograd variants: the gradient of the sum of every rank's loss -------------
+
+def _keep(names):
+    """setup_context that keeps these of the op's arguments (after the tensor) on ctx"""
+    def setup(ctx, inputs, output):
+        for name, value in zip(names, inputs[1:]):
+            setattr(ctx, name, value)
+    return setup
+
+
+def _setup_reduce_scatter(ctx, inputs, output):
+    _keep(("handle", "op", "dim"))(ctx, inputs, output)
+    if ctx.op != "sum":
+        raise RuntimeError(f"torch.ops.lockstep.reduce_scatter_autograd with op {ctx.op!r} has no gradient (only "
+                           f"'sum' has): call it under torch.no_grad() or on a tensor that does not require grad")
+
+
+def _rest(ctx):
+    """no gradient for the arguments after the tensor"""
+    return (None,) * (len(ctx.needs_input_grad) - 1)
+
+
+def _all_gather_backward(ctx, grad):
+    return (torch.ops.lockstep.reduce_scatter_autograd(grad, ctx.handle, "sum", ctx.dim),) + _rest(ctx)
+
+
+def _reduce_scatter_backward(ctx, grad):
+    return (torch.ops.lockstep.all_gather_autograd(grad, ctx.handle, ctx.dim),) + _rest(ctx)
+
+
+def _all_to_all_backward(ctx, grad):
+    return (torch.ops.lockstep.all_to_all_autograd(grad, ctx.handle, ctx.gather_dim, ctx.scatter_dim),) + _rest(ctx)
+
+
+_SCHEMAS = {
+    "all_reduce_": "(Tensor(a!) tensor, int handle, str op='sum') -> ()",
+    "broadcast_": "(Tensor(a!) tensor, int handle, int root=0) -> ()",
+    "all_gather": "(Tensor tensor, int handle, int dim=0) -> Tensor",
+    "reduce_scatter": "(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor",
+    "all_to_all": "(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor",
+}
 _lib = torch.library.Library("lockstep", "DEF")
-_lib.define("all_reduce_(Tensor(a!) tensor, int handle, str op='sum') -> ()")
-_lib.define("broadcast_(Tensor(a!) tensor, int handle, int root=0) -> ()")
-_lib.define("all_gather(Tensor tensor, int handle, int dim=0) -> Tensor")
-_lib.define("reduce_scatter(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor")
-_lib.define("all_to_all(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor")
-for _name, _kernel, _fake in (("all_reduce_", all_reduce_, _fake_in_place), ("broadcast_", broadcast_, _fake_in_place),
-                              ("all_gather", all_gather, _fake_gather),
-                              ("reduce_scatter", reduce_scatter, _fake_reduce_scatter),
-                              ("all_to_all", all_to_all, _fake_all_to_all)):
+
+# name, kernel, fake, and for the functional ops the autograd variant's backward and
+# setup_context. The kernels run below torch's autograd layer, where grad mode is off,
+# so _no_grad lets the variants through.
+_OPS = (("all_reduce_", all_reduce_, _fake_in_place, None), ("broadcast_", broadcast_, _fake_in_place, None),
+        ("all_gather", all_gather, _fake_gather, (_all_gather_backward, _keep(("handle", "dim")))),
+        ("reduce_scatter", reduce_scatter, _fake_reduce_scatter, (_reduce_scatter_backward, _setup_reduce_scatter)),
+        ("all_to_all", all_to_all, _fake_all_to_all,
+         (_all_to_all_backward, _keep(("handle", "scatter_dim", "gather_dim")))))
+for _name, _kernel, _fake, _grad in _OPS:
+    _lib.define(_name + _SCHEMAS[_name])
     _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
     torch.library.register_fake("lockstep::" + _name, _fake, lib=_lib)
+    if _grad is not None:
+        _lib.define(_name + "_autograd" + _SCHEMAS[_name])
+        _lib.impl(_name + "_autograd", _kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"lockstep::{_name}_autograd", _fake, lib=_lib)
+        torch.library.register_autograd(f"lockstep::{_name}_autograd", _grad[0], setup_context=_grad[1], lib=_lib)

@@ -2,6 +2,7 @@
 bits on every rank, broadcast/allgather, the error classes, the launcher, torch."""
 import datetime
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -983,6 +984,60 @@ def test_torch_reduce_scatter_and_all_to_all_ops():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_autograd_ops_give_the_gradient_of_every_ranks_loss():
+    def body(rank, size, job):
+        import lockstep.torch_ops as lt
+        ops = torch.ops.lockstep
+
+        def weights(k, shape):  # rank k's loss is (output * weights(k)).sum(); exact in f32
+            return (torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape) % 7 + 10 * k)
+
+        def grad_of(op, x, *args):
+            x = x.clone().requires_grad_()
+            y = op(x, h, *args)
+            (y * weights(rank, y.shape)).sum().backward()
+            return y, x.grad
+
+        with lockstep.Comm(job, rank, size) as c:
+            h = lt.register(c)
+            x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) + 100 * rank
+            for dim in (0, 2, -2):  # all_gather: the gradient is the sum over ranks of the loss's
+                y, g = grad_of(ops.all_gather_autograd, x, dim)
+                assert torch.equal(y.detach(), ops.all_gather(x, h, dim)), dim
+                n = x.shape[dim]
+                want = sum(weights(k, y.shape).narrow(dim, rank * n, n) for k in range(size))
+                assert torch.equal(g, want), (dim, g, want)
+            x = torch.arange(6 * 5, dtype=torch.float32).reshape(6, 5) * (rank + 1)
+            for dim in (0, -2):  # reduce_scatter: every rank's weights, each in its block
+                y, g = grad_of(ops.reduce_scatter_autograd, x, "sum", dim)
+                assert torch.equal(y.detach(), ops.reduce_scatter(x, h, "sum", dim))
+                assert torch.equal(g, torch.cat([weights(k, y.shape) for k in range(size)], dim)), (dim, g)
+            x = torch.arange(6 * 6, dtype=torch.float32).reshape(6, 6) + 100 * rank
+            for sd, gd in ((0, 0), (0, 1), (1, 0), (-1, -1)):  # all_to_all: block r back from rank r
+                y, g = grad_of(ops.all_to_all_autograd, x, sd, gd)
+                assert torch.equal(y.detach(), ops.all_to_all(x, h, sd, gd))
+                q = y.shape[gd] // size
+                want = torch.cat([weights(r, y.shape).narrow(gd, rank * q, q) for r in range(size)], sd)
+                assert torch.equal(g, want), (sd, gd, g, want)
+            # twice differentiable: the backward is made of the same ops
+            x = torch.arange(3, dtype=torch.float32).requires_grad_()
+            y = ops.all_gather_autograd(x, h)
+            (g,) = torch.autograd.grad((y * y).sum(), x, create_graph=True)  # 2 * sum of every rank's y
+            assert torch.equal(g.detach(), 2 * size * x.detach()), g
+            (gg,) = torch.autograd.grad(g.sum(), x)
+            assert torch.equal(gg, torch.full((3,), 2.0 * size)), gg  # d/dx of every rank's sum of g
+            with pytest.raises(RuntimeError, match="with op 'max' has no gradient"):  # on every rank, after it
+                ops.reduce_scatter_autograd(torch.ones(size, requires_grad=True), h, "max")
+            with torch.no_grad():
+                assert ops.reduce_scatter_autograd(torch.ones(size, requires_grad=True), h, "max").tolist() == [1.0]
+            with pytest.raises(RuntimeError, match="all_gather_autograd has one"):
+                ops.all_gather(torch.ones(2, requires_grad=True), h)
+            lt.unregister(h)
+        return True
+    run_ranks(body, 3)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_custom_op_stays_in_the_compiled_graph():
     import lockstep.torch_ops as lt
     with lockstep.Comm(f"py-op-{os.getpid()}", 0, 1) as c:
@@ -1003,6 +1058,18 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
         assert out.shape == (2, 4) and out.flatten().tolist() == [3.0] * 8
         for name in ("all_reduce_", "broadcast_", "all_gather", "reduce_scatter", "all_to_all"):
             assert any("lockstep." + name in t for t in targets), (name, targets)
+        # the autograd variants too, forward and backward, through dynamo and through
+        # AOTAutograd's traced backward
+        def loss(x):
+            return (torch.ops.lockstep.all_gather_autograd(x * 2, h, 0) ** 2).sum()
+        x = torch.arange(4, dtype=torch.float32, requires_grad=True)
+        out, targets = compile_capturing(loss, x)
+        assert any("lockstep.all_gather_autograd" in t for t in targets), targets
+        out.backward()
+        assert x.grad.tolist() == [0.0, 8.0, 16.0, 24.0]  # d/dx (2x)^2 on one rank
+        x.grad = None
+        torch.compile(loss, backend="aot_eager", fullgraph=True)(x).backward()
+        assert x.grad.tolist() == [0.0, 8.0, 16.0, 24.0]
         with pytest.raises(ValueError, match="register"):
             torch.ops.lockstep.all_reduce_(t, 12345, "sum")
         lt.unregister(h)

@@ -56,6 +56,11 @@ Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeErro
 
 With torch: lockstep.torch_ops (the collectives as torch ops torch.compile keeps) and
 lockstep.distributed (a torch.distributed back end: dist.init_process_group("lockstep")).
+Comm's calls are not differentiable: autograd sees a tensor they write as unchanged
+(a gradient flows through it as through the identity). For a tensor that requires
+grad they bump its version, as torch's in-place ops do, so a backward that saved its
+old values raises instead of using the new ones. lockstep.torch_ops has ops with a
+backward.
 """
 import math as _math
 import numbers as _numbers
@@ -173,12 +178,25 @@ def _is_tensor(obj):
     return False
 
 
+def _written(t):
+    """After a call wrote into t in place: if t is a torch tensor in an autograd graph,
+    bump its version counter, as torch's own in-place ops do, so that a backward that
+    saved it raises ("modified by an inplace operation") instead of computing with the
+    new values. Tensors that do not require grad are left alone (a check costs 0.04 us
+    a call; the bump 0.1 us)."""
+    if _is_tensor(t) and t.requires_grad:
+        import torch
+        torch._C._increment_version((t,))
+
+
 def _allreduce_other(c, buf, code):
     """The C allreduce's path for objects without the buffer protocol: torch tensors
     (bfloat16 included). None: not a tensor either, and C raises the TypeError."""
     if not _is_tensor(buf):
         return None
     c.allreduce_ptr(buf.data_ptr(), buf.numel(), _torch_code(buf), code)
+    if buf.requires_grad:  # _written, inline: this is the per-call path for tensors
+        _written(buf)
     return buf
 
 
@@ -294,6 +312,7 @@ class Comm:
         if not 0 <= root < self.size:
             raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
         self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        _written(buf)
         return buf
 
     def allgather(self, send, recv=None, order="linear", xfer="pull"):
@@ -304,6 +323,7 @@ class Comm:
         if recv is None:
             recv = _new_like(send, (self.size,), "allgather")
         self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        _written(recv)
         return recv
 
     def alltoall(self, send, recv=None):
@@ -313,6 +333,7 @@ class Comm:
         if recv is None:
             recv = _new_like(send, (), "alltoall")
         self._c.alltoall(_bytes_view(send), _bytes_view(recv))
+        _written(recv)
         return recv
 
     def reduce_scatter(self, send, recv=None, op="sum"):
@@ -343,6 +364,7 @@ class Comm:
                              f"dtype, not {rn} of another" if rcode != scode else
                              f"reduce_scatter's recv must hold one block of send: {count} elements, not {rn}")
         self._c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)
+        _written(recv)
         return recv
 
     @staticmethod

@@ -858,6 +858,37 @@ def test_torch_tensors_from_the_shared_buffer():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_writing_a_tensor_that_autograd_saved_fails_its_backward():
+    # Comm's calls write into tensors behind autograd's back; for a tensor in a graph they
+    # bump its version, as torch's in-place ops do, so a backward that saved the old
+    # values raises instead of computing a wrong gradient with the new ones
+    def body(rank, size, job):
+        with lockstep.Comm(job, rank, size) as c:
+            calls = (("allreduce", lambda y: c.allreduce(y)),
+                     ("broadcast", lambda y: c.broadcast(y, 1)),
+                     ("allgather", lambda y: c.allgather(torch.ones(2), y)),
+                     ("alltoall", lambda y: c.alltoall(torch.ones(4), y)),
+                     ("reduce_scatter", lambda y: c.reduce_scatter(torch.ones(8), y)))
+            for name, call in calls:
+                x = torch.full((4,), float(rank + 1), requires_grad=True)
+                y = x * 2  # in the graph: requires grad
+                z = (y * y).sum()  # saves y
+                v = y._version
+                call(y)
+                assert y._version > v, name
+                with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                    z.backward()
+                x = torch.full((4,), float(rank + 1), requires_grad=True)
+                y = x * 2
+                w = y.sum()  # saves nothing of y: the in-place write does not break it
+                call(y)
+                w.backward()
+                assert x.grad.tolist() == [2.0] * 4, name
+        return True
+    run_ranks(body, 2)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_custom_op_reduces_across_ranks_and_refuses_autograd():
     def body(rank, size, job):
         import lockstep.torch_ops as lt

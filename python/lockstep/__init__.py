@@ -65,6 +65,7 @@ backward.
 import math as _math
 import numbers as _numbers
 import operator as _operator
+import sys as _sys
 from datetime import timedelta as _timedelta
 
 import numpy as _np
@@ -130,6 +131,8 @@ def _check_tensor(t):
     if not t.is_cpu:  # (t.device costs ~0.8 us per call; is_cpu a tenth of that)
         raise ValueError(f"lockstep needs CPU tensors; this one is on {t.device} (use .cpu())")
     if not t.is_contiguous():
+        if t.layout != _sys.modules["torch"].strided:  # sparse, mkldnn: only here, off the fast path
+            raise ValueError(f"lockstep needs a dense tensor; this one's layout is {t.layout} (use .to_dense())")
         raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
 
 
@@ -172,10 +175,15 @@ def _is_tensor(obj):
     t = type(obj)
     if t in _TENSOR_TYPES:
         return True
-    if t.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
-        _TENSOR_TYPES.add(t)
-        return True
-    return False
+    torch = _sys.modules.get("torch")  # a tensor's module is loaded; lockstep does not load it
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return False
+    if t.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        # a wrapper subclass (DTensor, FakeTensor...): its memory, if any, is not its data
+        raise TypeError(f"lockstep needs tensors that hold their data; a {t.__name__} handles its own operations "
+                        f"(for a DTensor, pass this rank's shard, .to_local())")
+    _TENSOR_TYPES.add(t)  # plain tensors and subclasses that keep them (nn.Parameter, users')
+    return True
 
 
 def _written(t):
@@ -194,7 +202,8 @@ def _allreduce_other(c, buf, code):
     (bfloat16 included). None: not a tensor either, and C raises the TypeError."""
     if not _is_tensor(buf):
         return None
-    c.allreduce_ptr(buf.data_ptr(), buf.numel(), _torch_code(buf), code)
+    dtype = _torch_code(buf)  # checked before data_ptr, which raises its own error for sparse tensors
+    c.allreduce_ptr(buf.data_ptr(), buf.numel(), dtype, code)
     if buf.requires_grad:  # _written, inline: this is the per-call path for tensors
         _written(buf)
     return buf

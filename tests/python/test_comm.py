@@ -836,6 +836,24 @@ def test_torch_tensors_including_bfloat16():
             assert part.dtype == torch.bfloat16 and part.shape == (2, 2)
             want = torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) * size + size * (size - 1) // 2
             assert torch.equal(part.flatten(), want.to(torch.bfloat16))
+
+            class Mine(torch.Tensor):  # a subclass that keeps its data, as nn.Parameter
+                pass
+            for t in (torch.full((3,), rank + 1.0).as_subclass(Mine), torch.nn.Parameter(torch.full((3,), rank + 1.0))):
+                with torch.no_grad():
+                    assert c.allreduce(t) is t and t.tolist() == [3.0] * 3, type(t)
+                    assert c.broadcast(t, 1) is t and t.tolist() == [3.0] * 3
+                    assert c.allgather(t).tolist() == [[3.0] * 3] * size
+            sparse = torch.ones(size).to_sparse()
+            for call in (c.allreduce, c.broadcast, c.allgather, c.reduce_scatter):
+                with pytest.raises(ValueError, match="layout is torch.sparse_coo .use .to_dense"):
+                    call(sparse)
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            with FakeTensorMode():
+                fake = torch.ones(size)  # a wrapper: no data of its own
+            for call in (c.allreduce, c.broadcast, c.allgather, c.reduce_scatter, c.alltoall):
+                with pytest.raises(TypeError, match="FakeTensor handles its own operations"):
+                    call(fake)
         return True
     run_ranks(body, 2)
 

@@ -385,6 +385,9 @@ class Comm:
             raise TypeError(f"reduce_scatter's {what} must be a numpy array or a torch CPU tensor, "
                             f"not {type(a).__name__}")
         code = _NUMPY_CODES.get(a.dtype.str.lstrip("<=|"))
+        if code is None and a.dtype.byteorder == ">":
+            raise TypeError(f"reduce_scatter reduces numbers in this machine's byte order; {what} is big-endian "
+                            f"{a.dtype.str} (convert it first, e.g. x.astype('<{a.dtype.str[1:]}'))")
         if code is None:
             raise TypeError(f"reduce_scatter supports float32, float16, bfloat16 and int32; {what} is {a.dtype}")
         if not a.flags.c_contiguous:

@@ -349,6 +349,12 @@ static int dtype_of(const Py_buffer *v)
         return LOCKSTEP_F16;
     if ((strcmp(f, "i") == 0 || strcmp(f, "l") == 0) && v->itemsize == 4)
         return LOCKSTEP_I32;
+    if (*f == '>' || *f == '!') {
+        PyErr_Format(PyExc_TypeError, "allreduce reduces numbers in this machine's byte order; this "
+                     "buffer holds big-endian '%s' items (convert them first: "
+                     "x.astype(x.dtype.newbyteorder('=')))", f);
+        return -1;
+    }
     PyErr_Format(PyExc_TypeError, "allreduce supports float32, float16, bfloat16 and int32; "
                  "this buffer holds '%s' items of %zd bytes", f, v->itemsize);
     return -1;

@@ -372,6 +372,11 @@ def test_bad_buffers_raise_what_to_fix():
             c.allreduce(ro)
         with pytest.raises(TypeError, match="float32, float16, bfloat16 and int32"):
             c.allreduce(np.arange(4, dtype=np.float64))
+        for dt in (">f4", ">i4", ">f2"):  # the right size, the wrong byte order: not float32 to the user
+            with pytest.raises(TypeError, match="big-endian .*newbyteorder"):
+                c.allreduce(np.ones(4, dtype=dt))
+            with pytest.raises(TypeError, match=f"big-endian {dt} .*astype\\('<{dt[1:]}'\\)"):
+                c.reduce_scatter(np.ones(4, dtype=dt))
         with pytest.raises(TypeError, match="buffer"):
             c.allreduce([1.0, 2.0])
         with pytest.raises(ValueError, match="op must be one of"):

@@ -22,7 +22,9 @@ each call does:
                       dtypes (float64, int64, bool...) and ops (PRODUCT, BAND, BOR, BXOR)
                       gather every rank's tensor and reduce them in rank order, so every
                       rank still gets the same bits, at size times the memory.
-  broadcast, all_gather, all_gather_into_tensor, gather, scatter: any dtype.
+  broadcast, all_gather, all_gather_into_tensor, gather, scatter: any dtype. all_gather
+    takes outputs of different sizes too (output r holds rank r's input, as NCCL
+    allows; checked on every rank, ValueError), padded to the largest.
   reduce_scatter(_tensor): lockstep's reduce-scatter (each rank reduces only its
     part) for the dtypes and ops all_reduce runs natively; otherwise, and across
     hosts, an all_reduce of the whole input, then this rank's part.
@@ -259,10 +261,33 @@ class LockstepGroup(dist.ProcessGroup):
         for outs, inp in zip(output_lists, inputs):
             if len(outs) != self._n:
                 raise ValueError(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
+            k = inp.numel()
+            if any(out.numel() != k for out in outs):
+                self._gather_uneven(outs, inp)
+                continue
             every = self._gather(inp)
             for r, out in enumerate(outs):
                 out.copy_(every[r])
         return _done(output_lists, opts)
+
+    def _gather_uneven(self, outs, inp):
+        """all_gather into outputs of different sizes (output r: rank r's input, as NCCL
+        allows): the sizes first, so that every rank raises the same ValueError when the
+        ranks disagree (and the group stays usable), then blocks padded to the largest"""
+        inp = _cpu(inp).contiguous()
+        sizes = torch.tensor([inp.numel()] + [out.numel() for out in outs], dtype=torch.int64)
+        every = self._allgather(sizes)  # (n, n + 1): each rank's input size and output sizes
+        outs_sizes = every[:, 1:]
+        if not (torch.equal(outs_sizes, outs_sizes[:1].expand_as(outs_sizes)) and
+                torch.equal(every[:, 0], outs_sizes[0])):
+            raise ValueError(f"all_gather: output tensor r must hold rank r's input on every rank; the ranks' inputs "
+                             f"hold {every[:, 0].tolist()} elements and their output lists "
+                             f"{[row.tolist() for row in outs_sizes]}")
+        block = torch.zeros(int(outs_sizes[0].max()), dtype=inp.dtype)
+        block[:inp.numel()] = inp.reshape(-1)
+        got = self._allgather(block)  # (n, largest)
+        for r, out in enumerate(outs):
+            out.copy_(got[r, :out.numel()].view(out.shape))
 
     allgather_coalesced = allgather
 

@@ -164,6 +164,16 @@ def collectives_body(rank, size):
     strided = torch.empty(2, size * 2, dtype=torch.float64).t()  # an output that is not contiguous
     dist.all_gather_into_tensor(strided, mine)
     assert torch.equal(strided, torch.cat(every))
+    # outputs of different sizes, output r holding rank r's input (as NCCL allows)
+    def uneven(r):
+        return torch.arange(r + 1, dtype=torch.int16).reshape(1, r + 1) + 100 * r
+    out = [torch.empty(1, r + 1, dtype=torch.int16) for r in range(size)]
+    dist.all_gather(out, uneven(rank))
+    assert all(torch.equal(o, uneven(r)) for r, o in enumerate(out)), out
+    if size > 1:  # rank 0's list disagrees: the same error on every rank, and the group goes on
+        out = [torch.empty(r + 1 + (rank == 0 and r == size - 1), dtype=torch.int16) for r in range(size)]
+        with pytest.raises(ValueError, match="output tensor r must hold rank r's input on every rank"):
+            dist.all_gather(out, uneven(rank).reshape(-1))
 
     root = 1 % size
     got = [torch.empty(2, 2, dtype=torch.float64) for _ in range(size)] if rank == root else None

@@ -176,8 +176,9 @@ typedef struct lockstep_comm_params {
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and
- * LOCAL_WORLD_SIZE (job from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID when
- * set), else OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (job from
+ * LOCAL_WORLD_SIZE (job from MASTER_ADDR, MASTER_PORT, and TORCHELASTIC_RUN_ID and
+ * GROUP_RANK, the node, when set: nodes emulated on one machine get jobs of their
+ * own), else OpenMPI's OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (job from
  * OMPI_MCA_orte_ess_jobid or PMIX_NAMESPACE), else LOCKSTEP_RANK / LOCKSTEP_SIZE /
  * LOCKSTEP_JOB. Returns 0, or -ENOENT when no set is present, -EINVAL when one is
  * malformed (the message names the variable in errno-less form: see

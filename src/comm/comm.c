@@ -194,6 +194,14 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
                 job_append(p->job, "-");
                 job_append(p->job, run);
             }
+            /* torchrun's node: nodes emulated on one machine (--nnodes 2 twice on one host)
+             * share MASTER_* and the run id, and would otherwise meet in one segment,
+             * where a rank of one node could take another's place */
+            const char *node = getenv("GROUP_RANK");
+            if (node && *node && strcmp(node, "0") != 0) {
+                job_append(p->job, "-node");
+                job_append(p->job, node);
+            }
         } else if (i == 1) {
             const char *id = getenv("OMPI_MCA_orte_ess_jobid");
             if (!id)

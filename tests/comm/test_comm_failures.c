@@ -1125,7 +1125,7 @@ static void test_rendezvous(void)
 static void clear_env(void)
 {
     const char *vars[] = {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
-                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                           "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
                           "LOCKSTEP_RANK", "LOCKSTEP_SIZE", "LOCKSTEP_JOB"};
     for (unsigned i = 0; i < sizeof vars / sizeof vars[0]; i++)
@@ -1147,6 +1147,15 @@ static void test_env(void)
     CHECK_EQ(p.rank, 1);
     CHECK_EQ(p.size, 4);
     CHECK(strcmp(p.job, "torch-127.0.0.1-29500") == 0);
+    setenv("GROUP_RANK", "0", 1); /* torchrun's node 0: the name as before */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK(strcmp(p.job, "torch-127.0.0.1-29500") == 0);
+    setenv("TORCHELASTIC_RUN_ID", "none", 1);
+    setenv("GROUP_RANK", "1", 1); /* another node (emulated on this machine): a job of its own */
+    CHECK_EQ(lockstep_comm_params_from_env(&p), 0);
+    CHECK(strcmp(p.job, "torch-127.0.0.1-29500-none-node1") == 0);
+    unsetenv("GROUP_RANK");
+    unsetenv("TORCHELASTIC_RUN_ID");
     setenv("LOCAL_RANK", "one", 1);
     CHECK_EQ(lockstep_comm_params_from_env(&p), -EINVAL);
     CHECK(strcmp(lockstep_comm_env_error(), "LOCAL_RANK") == 0);

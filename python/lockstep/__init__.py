@@ -257,6 +257,9 @@ class Comm:
         nbytes = (_int_arg(small_bytes, "small_bytes", 63), _int_arg(chunk_bytes, "chunk_bytes", 63),
                   _int_arg(allreduce_small_bytes, "allreduce_small_bytes", 63),
                   _int_arg(buffer_bytes, "buffer_bytes", 63))
+        if isinstance(job, bool) or not isinstance(job, (str, _numbers.Integral)):  # str(None): a job "None"
+            raise TypeError(f"job must be a name (a str, or an int such as a port), not {type(job).__name__}: "
+                            f"the same on every rank of the job, or use lockstep.Comm.from_env()")
         self._c = _lockstep.Comm(str(job), _int_arg(rank, "rank"), _int_arg(size, "size"), _timeout_ms(timeout),
                                  _code(_POLICIES, wait_policy, "wait_policy"), *nbytes,
                                  _int_arg(cpu_sharers, "cpu_sharers"),

@@ -432,7 +432,10 @@ def test_bad_buffers_raise_what_to_fix():
                          (dict(size=2**40), ValueError, "size is out of range: 1099511627776"),
                          (dict(small_bytes=2**70), ValueError, "small_bytes is out of range"),
                          (dict(buffer_bytes=1024.0), TypeError, "buffer_bytes must be an integer, not float"),
-                         (dict(cpu_sharers=2**40), ValueError, "cpu_sharers is out of range")):
+                         (dict(cpu_sharers=2**40), ValueError, "cpu_sharers is out of range"),
+                         (dict(job=None), TypeError, "job must be a name .a str, or an int such as a port., not "
+                                                     "NoneType"),  # (os.environ.get of an unset variable)
+                         (dict(job=b"x"), TypeError, "not bytes"), (dict(job=True), TypeError, "not bool")):
         args = dict(job="x", rank=0, size=1) | kw
         with pytest.raises(exc, match=msg):
             lockstep.Comm(**args)

@@ -3,7 +3,8 @@
 Starts N copies of script.py on this machine with the variables torchrun sets
 (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so that
 lockstep.Comm.from_env() (and torch.distributed) find each other. If one copy fails
-the others are stopped; the exit code is the first failure's. Ctrl-C (SIGINT), SIGTERM
+the others are stopped, and the launcher says which rank failed and how (on stderr);
+the exit code is the first failure's. Ctrl-C (SIGINT), SIGTERM
 and SIGHUP sent to the launcher are passed on to every copy (then, after 10 s, SIGKILL),
 so none is left running when the launcher is stopped; the exit code is then 128 plus the
 signal's number.
@@ -53,6 +54,16 @@ def _stop(procs, signum):
             p.wait()
 
 
+def _how(rc):
+    """a copy's exit status, in words"""
+    if rc > 0:
+        return f"exited with code {rc}"
+    try:
+        return f"was killed by {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"was killed by signal {-rc}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m lockstep.launch", description=__doc__.split("\n")[2])
     ap.add_argument("-n", "--nproc", type=int, required=True, help="number of processes (ranks)")
@@ -86,6 +97,8 @@ def main(argv=None):
                 live.remove(p)
                 if rc != 0 and code == 0:
                     code = rc if rc > 0 else 128 - rc
+                    print(f"lockstep.launch: rank {procs.index(p)} {_how(rc)}"
+                          + (f"; stopping the other {len(live)}" if live else ""), file=sys.stderr, flush=True)
                     _stop(live, signal.SIGTERM)  # one failed: stop the rest
             time.sleep(0.01)
     except KeyboardInterrupt:

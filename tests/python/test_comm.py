@@ -615,8 +615,16 @@ def test_launcher_sets_the_variables(tmp_path):
     assert r.returncode == 0
     bad = tmp_path / "bad.py"
     bad.write_text("import sys, os; sys.exit(5 if os.environ['LOCAL_RANK'] == '1' else 0)\n")
-    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(bad)], timeout=120)
-    assert r.returncode == 5
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "2", str(bad)], timeout=120,
+                       capture_output=True, text=True)
+    assert r.returncode == 5 and "lockstep.launch: rank 1 exited with code 5" in r.stderr, r.stderr
+    segv = tmp_path / "segv.py"  # a copy killed by a signal: named, and the exit code 128 + its number
+    segv.write_text("import os, signal, time\nif os.environ['RANK'] == '2': os.kill(os.getpid(), signal.SIGSEGV)\n"
+                    "time.sleep(60)\n")
+    r = subprocess.run([sys.executable, "-m", "lockstep.launch", "-n", "3", str(segv)], timeout=60,
+                       capture_output=True, text=True)
+    assert r.returncode == 128 + signal.SIGSEGV, r
+    assert "lockstep.launch: rank 2 was killed by SIGSEGV; stopping the other 2" in r.stderr, r.stderr
     # a copy that ignores the SIGTERM sent after another failed is killed 10 s later
     # (before, the launcher waited for it: here 120 s, past this call's timeout)
     stubborn = tmp_path / "stubborn.py"

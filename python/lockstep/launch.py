@@ -4,10 +4,10 @@ Starts N copies of script.py on this machine with the variables torchrun sets
 (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so that
 lockstep.Comm.from_env() (and torch.distributed) find each other. If one copy fails
 the others are stopped, and the launcher says which rank failed and how (on stderr);
-the exit code is the first failure's. Ctrl-C (SIGINT), SIGTERM
-and SIGHUP sent to the launcher are passed on to every copy (then, after 10 s, SIGKILL),
-so none is left running when the launcher is stopped; the exit code is then 128 plus the
-signal's number.
+the exit code is the first failure's. Ctrl-C (SIGINT), SIGTERM and SIGHUP sent to the
+launcher are passed on to every copy (then, after 10 s, SIGKILL), so none is left
+running when the launcher is stopped; the exit code is then 128 plus the signal's
+number.
 """
 import argparse
 import os

@@ -130,6 +130,26 @@ static int reap(pid_t child)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
+/* In a child: the whole API on its copy of pool, then free the copy and end. */
+static _Noreturn void child_checks(lockstep_pool_t *pool, int n)
+{
+    check_all(pool, n);
+    lockstep_pool_free(pool);
+    _exit(0);
+}
+
+/* Fork a child that runs child_checks; 0 when it passed. */
+static int check_in_child(lockstep_pool_t *pool, int n)
+{
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        watchdog(60);
+        child_checks(pool, n);
+    }
+    return reap(child);
+}
+
 /* ---- a share that forks ----------------------------------------------------------- */
 
 struct forker {
@@ -197,15 +217,7 @@ static void fork_while_driven(lockstep_pool_t *pool, int n)
     while (!__atomic_load_n(&h.inside, __ATOMIC_ACQUIRE))
         sched_yield();
     CHECK_EQ(lockstep_pool_run(pool, hold_share, &h), -EBUSY); /* the parent's is in use */
-    fflush(NULL);
-    pid_t child = fork();
-    if (child == 0) {
-        watchdog(60);
-        check_all(pool, n);
-        lockstep_pool_free(pool);
-        _exit(0);
-    }
-    int rc = reap(child);
+    int rc = check_in_child(pool, n);
     __atomic_store_n(&h.go, 1u, __ATOMIC_RELEASE);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(h.rc, 0);
@@ -235,15 +247,7 @@ int main(void)
         if (child == 0) {
             watchdog(60);
             check_all(pool, n);
-            fflush(NULL);
-            pid_t grandchild = fork();
-            if (grandchild == 0) {
-                watchdog(60);
-                check_all(pool, n);
-                lockstep_pool_free(pool);
-                _exit(0);
-            }
-            int rc = reap(grandchild);
+            int rc = check_in_child(pool, n); /* a grandchild */
             check_all(pool, n); /* the child's workers are still its own */
             lockstep_pool_free(pool);
             _exit(rc);
@@ -264,11 +268,8 @@ int main(void)
         struct forker f = {0, 0, 0};
         fflush(NULL);
         CHECK_EQ(lockstep_pool_run(pool, fork_share, &f), 0);
-        if (f.in_child) {
-            check_all(pool, n);
-            lockstep_pool_free(pool);
-            _exit(0);
-        }
+        if (f.in_child)
+            child_checks(pool, n);
         CHECK_EQ(reap(f.child), 0);
 
         /* ... inside a graph node: the child's run stops after that node */
@@ -278,9 +279,7 @@ int main(void)
         if (f.in_child) {
             if (rc != -LOCKSTEP_EABORTED)
                 _exit(2);
-            check_all(pool, n);
-            lockstep_pool_free(pool);
-            _exit(0);
+            child_checks(pool, n);
         }
         CHECK_EQ(rc, 0);
         CHECK_EQ(reap(f.child), 0);

@@ -193,8 +193,11 @@ def _written(t):
     new values. Tensors that do not require grad are left alone (a check costs 0.04 us
     a call; the bump 0.1 us)."""
     if _is_tensor(t) and t.requires_grad:
-        import torch
-        torch._C._increment_version((t,))
+        _bump(t)
+
+
+def _bump(t):
+    _sys.modules["torch"]._C._increment_version((t,))
 
 
 def _allreduce_other(c, buf, code):
@@ -204,8 +207,8 @@ def _allreduce_other(c, buf, code):
         return None
     dtype = _torch_code(buf)  # checked before data_ptr, which raises its own error for sparse tensors
     c.allreduce_ptr(buf.data_ptr(), buf.numel(), dtype, code)
-    if buf.requires_grad:  # _written, inline: this is the per-call path for tensors
-        _written(buf)
+    if buf.requires_grad:  # _written without its tensor check: this is the per-call path for tensors
+        _bump(buf)
     return buf
 
 

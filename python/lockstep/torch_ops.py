@@ -196,8 +196,11 @@ def _keep(names):
     return setup
 
 
+_keep_reduce_scatter = _keep(("handle", "op", "dim"))
+
+
 def _setup_reduce_scatter(ctx, inputs, output):
-    _keep(("handle", "op", "dim"))(ctx, inputs, output)
+    _keep_reduce_scatter(ctx, inputs, output)
     if ctx.op != "sum":
         raise RuntimeError(f"torch.ops.lockstep.reduce_scatter_autograd with op {ctx.op!r} has no gradient (only "
                            f"'sum' has): call it under torch.no_grad() or on a tensor that does not require grad")

@@ -475,6 +475,8 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     a->desc = d;
     int cpu = track_cpu(c) ? sched_getcpu() : -1;
     __atomic_store_n(&a->where, cpu, __ATOMIC_RELAXED);
+    if (cpu >= 0 && wait_all)
+        ls_comm_spread_post(c);
     /* release: the descriptor and any payload (ann.data, small[s & 1]) before seq */
     lockstep_wait_publish(&c->wait, &a->seq, s);
     if (!wait_all)
@@ -486,7 +488,9 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     uint64_t deadline = LS_NO_DEADLINE_YET;
     if ((rc = wait_peers(c, pw, s, cpu, &deadline)) != 0)
         return rc;
-    return ls_comm_verify(c);
+    if ((rc = ls_comm_verify(c)) == 0 && cpu >= 0)
+        ls_comm_spread(c, cpu);
+    return rc;
 }
 
 int ls_comm_verify(lockstep_comm_t *c)
@@ -1013,6 +1017,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         c->wait.flags |= LOCKSTEP_WAIT_F_ASYM;
     c->busy = -1;
     ls_comm_cma_init(c);
+    ls_comm_spread_init(c);
     compute_topology(c);
     return c;
 

@@ -124,7 +124,8 @@ typedef struct ls_ctl {
         int32_t cma_into;         /* 1 + the rank my single-copy write goes into, or 0 (cma.c) */
         uint32_t pid_ns;          /* the PID namespace pid is in (comm.c: pid_ns), written after it */
         uint32_t left;            /* 1: freed its communicator (its liveness lock goes too) */
-        char pad[LS_LINE - 44 - 2 * sizeof(lockstep_waitword_t)];
+        int32_t use;              /* spread.c: how much of its CPU it had, at its last check */
+        char pad[LS_LINE - 48 - 2 * sizeof(lockstep_waitword_t)];
     } own;
     ls_announce_t ann[2];         /* call s uses ann[s & 1] */
 } ls_ctl_t;
@@ -167,6 +168,11 @@ struct lockstep_comm {
     int cma;                           /* this rank can read every peer's memory (cma.c) */
     unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up, as
                                           this rank saw at create: 1 while they fit */
+    uint32_t spread_wait;              /* spread.c: calls from the next check to the one
+                                          after (0: this rank never spreads) */
+    uint32_t spread_next;              /* spread.c: the next check's call */
+    long spread_switches;              /* spread.c: my involuntary process switches, CPU */
+    uint64_t spread_cpu_ns, spread_ns; /* time and the clock, at my last check */
     /* My last call's descriptor, zero-copy offsets and single-copy post, as announced.
      * After announcing, a rank reads these, never its own announcement: the peers
      * that read that line may have taken it from this CPU's cache, and reading it
@@ -321,6 +327,13 @@ int ls_zc_count(const lockstep_comm_t *c);
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)
 void ls_comm_cma_init(lockstep_comm_t *c);
+/* spread.c: whether this rank keeps ranks spread over the CPUs (at create); before
+ * announcing call c->seq, publish how much of my CPU I had since the last check, if
+ * it is a check; after every rank announced it (my_cpu: where I announced from),
+ * move to a CPU short of its share when the plan says so */
+void ls_comm_spread_init(lockstep_comm_t *c);
+void ls_comm_spread_post(lockstep_comm_t *c);
+void ls_comm_spread(lockstep_comm_t *c, int my_cpu);
 /* Once the communicator has failed: wait until no peer is writing into my memory (each
  * peer's own.cma_into), so that a failed call writes nothing after it returns. */
 void ls_cma_drain(lockstep_comm_t *c);

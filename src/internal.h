@@ -59,6 +59,10 @@ static inline unsigned ls_fork_gen(void)
     return ls_load_relaxed(&ls_fork_generation);
 }
 
+/* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
+ * switches; common/env.c) */
+int ls_env_set(const char *name);
+
 /* Perturbation builds (-DLOCKSTEP_PERTURB) yield at protocol points to shake out races
  * that a quiet schedule would hide. */
 #ifdef LOCKSTEP_PERTURB

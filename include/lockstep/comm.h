@@ -45,7 +45,7 @@
  * fewer and that they had to themselves (never to one that ran other work meanwhile),
  * by binding its thread to that CPU and at once giving it back its CPU set: its
  * affinity is unchanged. Not with a pool, nor past 64 ranks; LOCKSTEP_NO_SPREAD=1
- * turns it off.
+ * turns it off (and the spread start of pool workers, pool.h).
  *
  * fork(): a child's copy of a communicator is not a rank. Its collectives return
  * -LOCKSTEP_EFORKED and touch nothing, so the parent's rank and its peers go on

@@ -34,7 +34,11 @@ extern "C" {
 typedef struct lockstep_pool lockstep_pool_t;
 
 typedef enum lockstep_placement {
-    LOCKSTEP_PLACE_NONE   = 0, /* leave placement to the scheduler */
+    LOCKSTEP_PLACE_NONE   = 0, /* leave placement to the scheduler: each worker
+                                  only starts on a CPU of its own (the allowed CPUs
+                                  in turn from the caller's) and then may run on any
+                                  CPU the caller may (LOCKSTEP_NO_SPREAD=1: starts
+                                  anywhere too) */
     LOCKSTEP_PLACE_CLOSE  = 1, /* thread i on the i-th allowed CPU (wrapping) */
     LOCKSTEP_PLACE_SPREAD = 2, /* threads spaced evenly over the allowed CPUs */
     LOCKSTEP_PLACE_LIST   = 3  /* thread i on cpus[i % n_cpus] */

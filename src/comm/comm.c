@@ -55,12 +55,6 @@ static int global_fences_wanted(void)
     return !ls_env_set("LOCKSTEP_NO_MEMBARRIER");
 }
 
-int ls_env_set(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 lockstep_comm_params_t lockstep_comm_params_default(void)
 {
     lockstep_comm_params_t p;

@@ -249,9 +249,6 @@ static inline char *ls_buf(const lockstep_comm_t *c, int r)
 }
 
 /* comm.c */
-/* 1 when the environment variable is set to anything but "" or "0" (the LOCKSTEP_NO_*
- * switches) */
-int ls_env_set(const char *name);
 /* rank r: by its pid, within this process's PID namespace, and by its liveness lock
  * (comm.c; a rank that freed its communicator is not judged: like one that never
  * comes, it meets the deadline) */

@@ -59,6 +59,11 @@ static void *worker_main(void *p)
     lockstep_wait_until(&pool->start_wait, &pool->start, 1, 0);
     if (ls_load_acquire(&pool->start.value) != 1)
         return NULL;
+    /* Started on a CPU of its own (start_cpus), and woken there from the start wait
+     * (it parks: unbound, the wake-up often brought it to its creator's CPU): now free
+     * to go anywhere. */
+    if (pool->start_on[tid] >= 0)
+        pthread_setaffinity_np(pthread_self(), sizeof pool->start_mask, &pool->start_mask);
     for (;;) {
         lockstep_barrier_arrive(pool->bar, tid);
         lockstep_barrier_wait(pool->bar, tid);
@@ -110,24 +115,56 @@ static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
     return 0;
 }
 
+/* Unpinned workers (PLACE_NONE) start each on a CPU of its own: the allowed CPUs in
+ * turn from the caller's, wrapping, so that they begin spread, and then take back the
+ * caller's CPU set (worker_main). Left to the scheduler, a new thread often began on
+ * its creator's CPU and stayed there while the other was idle: 2 threads on 2 CPUs,
+ * a spinning barrier took 45-50 us per episode instead of 0.1 for the first 10-30 ms
+ * of the pool, in most runs (in `lockstep bench threads`, whose processes each make a
+ * pool, 2 to 3 of 10 processes stayed that slow for all their 100 ms: the median of a
+ * run once came out at 20 us). Nothing moves afterwards; LOCKSTEP_NO_SPREAD=1 (as for
+ * the collectives, comm.h) or one allowed CPU leaves the start to the scheduler. */
+static void start_cpus(lockstep_pool_t *pool)
+{
+    for (int i = 0; i < pool->n; i++)
+        pool->start_on[i] = -1;
+    if (ls_env_set("LOCKSTEP_NO_SPREAD") || sched_getaffinity(0, sizeof pool->start_mask, &pool->start_mask) != 0)
+        return;
+    int list[CPU_SETSIZE], m = 0, here = sched_getcpu(), from = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &pool->start_mask)) {
+            from = c == here ? m : from;
+            list[m++] = c;
+        }
+    for (int i = 1; m > 1 && i < pool->n; i++)
+        if (pool->cpu_of[i] < 0)
+            pool->start_on[i] = list[(from + i) % m];
+}
+
 /* Start workers 1 .. n-1, each waiting on `start`. 0, or -EAGAIN with the ones
  * already started sent home and joined. */
 static int start_workers(lockstep_pool_t *pool)
 {
     int started = 1;
+    start_cpus(pool);
     for (; started < pool->n; started++) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
-        if (pool->cpu_of[started] >= 0) {
+        int cpu = pool->cpu_of[started] >= 0 ? pool->cpu_of[started] : pool->start_on[started];
+        if (cpu >= 0) {
             cpu_set_t one;
             CPU_ZERO(&one);
-            CPU_SET(pool->cpu_of[started], &one);
+            CPU_SET(cpu, &one);
             pthread_attr_setaffinity_np(&attr, sizeof one, &one);
         }
         pool->workers[started].pool = pool;
         pool->workers[started].tid = (unsigned)started;
         int rc = pthread_create(&pool->threads[started], &attr, worker_main, &pool->workers[started]);
         pthread_attr_destroy(&attr);
+        if (rc && pool->start_on[started] >= 0) { /* that CPU was refused: start anywhere */
+            pool->start_on[started] = -1;
+            rc = pthread_create(&pool->threads[started], NULL, worker_main, &pool->workers[started]);
+        }
         if (rc)
             break;
     }
@@ -153,6 +190,7 @@ static void destroy(lockstep_pool_t *pool)
     free(pool->gbar);
     free(pool->threads);
     free(pool->cpu_of);
+    free(pool->start_on);
     free(pool->workers);
     free(pool);
 }
@@ -210,8 +248,9 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
     }
     pool->threads = calloc((size_t)pool->n, sizeof *pool->threads);
     pool->cpu_of = calloc((size_t)pool->n, sizeof *pool->cpu_of);
+    pool->start_on = calloc((size_t)pool->n, sizeof *pool->start_on);
     pool->workers = calloc((size_t)pool->n, sizeof *pool->workers);
-    if (!pool->threads || !pool->cpu_of || !pool->workers) {
+    if (!pool->threads || !pool->cpu_of || !pool->start_on || !pool->workers) {
         destroy(pool);
         err = ENOMEM;
         goto fail;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lockstep/lockstep.h"
 #include "../common/check.h"
@@ -127,6 +128,37 @@ static void check_placements(void)
     sched_setaffinity(0, sizeof set, &set);
 }
 
+/* Unplaced workers start each on a CPU of its own and then take back the caller's CPU
+ * set (pool.c: start_cpus): inside a region every participant may run on exactly the
+ * CPUs the caller may, none is left bound to one. */
+static cpu_set_t unplaced_sets[MAXN];
+
+static void record_set(void *p, int ith, int nth)
+{
+    (void)p;
+    (void)nth;
+    CHECK_EQ(sched_getaffinity(0, sizeof unplaced_sets[ith], &unplaced_sets[ith]), 0);
+}
+
+static void check_unplaced(void)
+{
+    cpu_set_t set;
+    CHECK_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    for (int n = 2; n <= 9; n += 7) { /* fewer threads than CPUs here, and more */
+        lockstep_pool_params_t p = lockstep_pool_params_default();
+        p.n_threads = n;
+        lockstep_pool_t *pool = lockstep_pool_create(&p);
+        CHECK(pool != NULL);
+        for (int round = 0; round < 2; round++) {
+            memset(unplaced_sets, 0, sizeof unplaced_sets);
+            CHECK_EQ(lockstep_pool_run(pool, record_set, NULL), 0);
+            for (int t = 0; t < n; t++)
+                CHECK(CPU_EQUAL(&unplaced_sets[t], &set));
+        }
+        lockstep_pool_free(pool);
+    }
+}
+
 int main(int argc, char **argv)
 {
     watchdog(240);
@@ -138,6 +170,7 @@ int main(int argc, char **argv)
     }
     check_bad_params();
     check_placements();
+    check_unplaced();
 
     static const int counts[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17};
     for (unsigned i = 0; i < sizeof counts / sizeof counts[0]; i++) {

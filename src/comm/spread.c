@@ -47,6 +47,7 @@
 
 #include "comm_impl.h"
 #include "spread.h"
+#include "../common/cpus.h"
 
 #define SPREAD_EVERY 16u
 #define SPREAD_MAX_RANKS 64
@@ -105,19 +106,6 @@ void ls_comm_spread_post(lockstep_comm_t *c)
     c->spread_ns = now;
 }
 
-/* The CPUs this thread may run on, ascending, into cpus (at most max); their number,
- * or 0 */
-static int allowed_cpus(cpu_set_t *set, int *cpus, int max)
-{
-    if (sched_getaffinity(0, sizeof *set, set) != 0)
-        return 0;
-    int n = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE && n < max; cpu++)
-        if (CPU_ISSET(cpu, set))
-            cpus[n++] = cpu;
-    return n;
-}
-
 void ls_comm_spread(lockstep_comm_t *c, int my_cpu)
 {
     if (!is_check(c))
@@ -139,7 +127,7 @@ void ls_comm_spread(lockstep_comm_t *c, int my_cpu)
         return;
     cpu_set_t set;
     int cpus[SPREAD_MAX_RANKS];
-    int n = allowed_cpus(&set, cpus, SPREAD_MAX_RANKS);
+    int n = ls_allowed_cpus(&set, cpus, SPREAD_MAX_RANKS);
     if (n < 2 || n >= N) /* else oversubscribed only by cpu_sharers or a CPU quota */
         return;
     int to = ls_spread_target(where, use, N, c->rank, cpus, n, (N + n - 1) / n);

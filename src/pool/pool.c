@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "pool_impl.h"
+#include "../common/cpus.h"
 
 lockstep_pool_params_t lockstep_pool_params_default(void)
 {
@@ -84,13 +85,9 @@ static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
     if (p->placement == LOCKSTEP_PLACE_NONE)
         return 0;
     cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return -errno;
-    int list[CPU_SETSIZE], m = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &allowed))
-            list[m++] = c;
+    int list[CPU_SETSIZE], m = ls_allowed_cpus(&allowed, list, CPU_SETSIZE);
+    if (m < 0)
+        return m;
     if (m == 0)
         return -EINVAL;
     for (int i = 0; i < pool->n; i++) {
@@ -128,14 +125,12 @@ static void start_cpus(lockstep_pool_t *pool)
 {
     for (int i = 0; i < pool->n; i++)
         pool->start_on[i] = -1;
-    if (ls_env_set("LOCKSTEP_NO_SPREAD") || sched_getaffinity(0, sizeof pool->start_mask, &pool->start_mask) != 0)
+    if (ls_env_set("LOCKSTEP_NO_SPREAD"))
         return;
-    int list[CPU_SETSIZE], m = 0, here = sched_getcpu(), from = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &pool->start_mask)) {
-            from = c == here ? m : from;
-            list[m++] = c;
-        }
+    int list[CPU_SETSIZE], m = ls_allowed_cpus(&pool->start_mask, list, CPU_SETSIZE);
+    int here = sched_getcpu(), from = 0;
+    for (int k = 0; k < m; k++)
+        from = list[k] == here ? k : from;
     for (int i = 1; m > 1 && i < pool->n; i++)
         if (pool->cpu_of[i] < 0)
             pool->start_on[i] = list[(from + i) % m];

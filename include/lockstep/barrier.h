@@ -18,12 +18,15 @@
  *   CENTRAL — one arrival counter and one release word, on separate cache lines. The
  *             last arriver resets the counter and publishes the next generation.
  *   FLAT    — one arrival flag per participant on its own line; participant 0 (the
- *             primary) checks them all, then publishes one generation word.
+ *             primary) checks them all, then publishes one generation word (with 2
+ *             participants it shares the other's flag line: one line passes between
+ *             the two threads instead of two).
  *   TREE    — combining tree of arrival counters with fan-in `fanin` (2..64); the last
  *             arriver at a node climbs to its parent, the last at the root publishes
  *             the generation word. Participant 0 arrives directly at the root.
  *   DISSEM  — dissemination: ceil(log2 n) rounds, in round k participant i signals
- *             (i + 2^k) mod n. No central word; no primary.
+ *             (i + 2^k) mod n. No central word; no primary. (With 2 participants
+ *             both flags share one line.)
  *   COUNTER — one arrival counter that is never reset: episode e is complete when it
  *             reaches e * n, so the last arrival is itself the release, and waiters
  *             need observe only that one write (CENTRAL's release word costs them one

@@ -5,8 +5,9 @@
  *   [node 0] ... [node nnodes-1]   TREE only, one line each, root last
  *
  * A slot's first line holds the participant's episode counter (written only by it),
- * its tree leaf, and its FLAT arrival flag. DISSEM adds one line per round holding the
- * flag that round's partner sets. Everything is addressed by offset, never by pointer. */
+ * its tree leaf, and its FLAT arrival flag (and, in slot 1 of a 2-participant FLAT,
+ * the release word: flat.c). DISSEM adds one line per round holding the flag that
+ * round's partner sets (with 2 participants both flags lie on slot 0's: dissem.c). Everything is addressed by offset, never by pointer. */
 #ifndef LOCKSTEP_BARRIER_IMPL_H
 #define LOCKSTEP_BARRIER_IMPL_H
 
@@ -21,6 +22,7 @@ typedef struct ls_slot {
     uint32_t leaf;            /* TREE: node it arrives at */
     uint32_t done;            /* COUNTER: the last episode this participant completed */
     lockstep_waitword_t flag; /* FLAT: the last episode it arrived at */
+    lockstep_waitword_t gen;  /* FLAT with 2 participants, slot 1: the release word */
 } ls_slot_t;
 
 typedef struct ls_node {

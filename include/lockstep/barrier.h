@@ -20,7 +20,10 @@
  *   FLAT    — one arrival flag per participant on its own line; participant 0 (the
  *             primary) checks them all, then publishes one generation word (with 2
  *             participants it shares the other's flag line: one line passes between
- *             the two threads instead of two).
+ *             the two threads instead of two). When waiting yields the CPU (more
+ *             participants than CPUs, or the passive policy), any participant that
+ *             finds every flag raised publishes the word, rather than all waiting
+ *             for the primary to be scheduled.
  *   TREE    — combining tree of arrival counters with fan-in `fanin` (2..64); the last
  *             arriver at a node climbs to its parent, the last at the root publishes
  *             the generation word. Participant 0 arrives directly at the root.

@@ -21,8 +21,9 @@
  * everyone would wait for it to run again just to publish the word. So the primary
  * raises a flag too (always: a store to its own line, which nobody reads otherwise),
  * and there a participant other than the primary that finds every flag raised once
- * its own is up publishes the word itself (the primary
- * publishes it again, the same value, once it runs). The word cannot go backwards:
+ * its own is up publishes the word itself. The primary publishes it again, the same
+ * value, once it runs; if two arriving at once each miss the other's flag, so that
+ * no one else does, the primary's is the release. The word cannot go backwards:
  * whoever publishes episode e saw every flag at e, so no one has arrived at e + 1
  * before its publish, which comes before its own next arrival. A primary that gathers
  * (lockstep_barrier_gather) has not raised its flag, so no one else releases that

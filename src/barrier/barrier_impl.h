@@ -7,7 +7,8 @@
  * A slot's first line holds the participant's episode counter (written only by it),
  * its tree leaf, and its FLAT arrival flag (and, in slot 1 of a 2-participant FLAT,
  * the release word: flat.c). DISSEM adds one line per round holding the flag that
- * round's partner sets (with 2 participants both flags lie on slot 0's: dissem.c). Everything is addressed by offset, never by pointer. */
+ * round's partner sets (with 2 participants both flags lie on slot 0's: dissem.c).
+ * Everything is addressed by offset, never by pointer. */
 #ifndef LOCKSTEP_BARRIER_IMPL_H
 #define LOCKSTEP_BARRIER_IMPL_H
 

@@ -37,8 +37,13 @@ static inline ls_slot_t *ls_slot(lockstep_barrier_t *b, unsigned tid)
     return (ls_slot_t *)(void *)((char *)b + b->cfg.off_slots + (size_t)tid * b->cfg.slot_stride);
 }
 
+/* where participant tid's round-k flag lies: its slot's line k + 1, except with 2
+ * participants (one round), whose two flags lie side by side on participant 0's (see
+ * dissem.c) */
 static inline lockstep_waitword_t *ls_dissem_flag(lockstep_barrier_t *b, unsigned tid, unsigned round)
 {
+    if (b->cfg.n == 2)
+        return (lockstep_waitword_t *)(void *)((char *)ls_slot(b, 0) + LOCKSTEP_CACHELINE) + tid;
     return (lockstep_waitword_t *)(void *)((char *)ls_slot(b, tid) + (size_t)(round + 1) * LOCKSTEP_CACHELINE);
 }
 

@@ -12,12 +12,6 @@
  * against 150-153). */
 #include "barrier_impl.h"
 
-/* where participant tid's round-k flag lies */
-static inline lockstep_waitword_t *flag(lockstep_barrier_t *b, unsigned tid, unsigned k)
-{
-    return b->cfg.n == 2 ? ls_dissem_flag(b, 0, 0) + tid : ls_dissem_flag(b, tid, k);
-}
-
 unsigned ls_dissem_rounds(unsigned n)
 {
     unsigned r = 0;
@@ -32,7 +26,7 @@ void ls_dissem_arrive(lockstep_barrier_t *b, unsigned tid)
     uint32_t ep = ++s->ep;
     LS_PERTURB();
     if (b->cfg.rounds)
-        lockstep_wait_publish(&b->cfg.wait, flag(b, (tid + 1) % b->cfg.n, 0), ep);
+        lockstep_wait_publish(&b->cfg.wait, ls_dissem_flag(b, (tid + 1) % b->cfg.n, 0), ep);
 }
 
 int ls_dissem_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
@@ -41,13 +35,13 @@ int ls_dissem_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns)
      * round's signal stores the same episode number */
     uint32_t ep = ls_slot(b, tid)->ep, n = b->cfg.n;
     for (unsigned k = 0; k < b->cfg.rounds; k++) {
-        int rc = lockstep_wait_until(&b->cfg.wait, flag(b, tid, k), ep, deadline_ns);
+        int rc = lockstep_wait_until(&b->cfg.wait, ls_dissem_flag(b, tid, k), ep, deadline_ns);
         if (rc)
             return rc;
         LS_PERTURB();
         if (k + 1 < b->cfg.rounds) {
             unsigned to = (unsigned)(((uint64_t)tid + (1ull << (k + 1))) % n);
-            lockstep_wait_publish(&b->cfg.wait, flag(b, to, k + 1), ep);
+            lockstep_wait_publish(&b->cfg.wait, ls_dissem_flag(b, to, k + 1), ep);
         }
     }
     return 0;

@@ -18,6 +18,17 @@
  * such failure the communicator is broken on every rank (later calls return the same
  * error); free it and create a new one.
  *
+ * Invalid arguments: a collective that finds its own arguments invalid (-EINVAL) on a
+ * communicator of several ranks still takes its turn, as a refused call: it waits
+ * until every rank has announced that call, so that the others' calls end at once
+ * with -LOCKSTEP_EPEERINVAL instead of waiting out the deadline. The call does
+ * nothing on any rank, and the communicator goes on (every rank's next call is the
+ * next one): ranks that all pass the same bad arguments all get -EINVAL. Two cases
+ * break it, as a mismatch: peers that wait in a barrier while others are in another
+ * call (the barrier cannot end), and peers in an eager broadcast (which never wait for
+ * the refuser). Bindings that check arguments of their own before calling in refuse
+ * with lockstep_comm_refuse.
+ *
  * Reductions run in rank order on every rank (or, for large messages, once per
  * element range by one rank in rank order and then copied), so every rank gets a
  * bit-identical result. f16 and bf16 are accumulated in f32 and rounded once.
@@ -255,7 +266,8 @@ int lockstep_comm_alltoall(lockstep_comm_t *comm, const void *send, void *recv, 
  * for the failure before each piece it writes (256 KiB at most), and this rank waits
  * for a piece already under way before it returns the error, so nothing lands in recv
  * after the return. (It waits 2 s at most, for a writer that cannot run: stopped.)
- * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap),
+ * Returns 0, -EINVAL (NULL buffers with count > 0, bad dtype or op, overlap: see
+ * "Invalid arguments" at the top), -LOCKSTEP_EPEERINVAL (another rank's were invalid),
  * -LOCKSTEP_EMISMATCH, -LOCKSTEP_EPEERDIED, -ETIMEDOUT, -ECANCELED (this rank's or a
  * peer's params.cancel asked), -EIO (a peer's buffer could not be reached: a bad
  * pointer on that rank), -LOCKSTEP_EFORKED (called in a child forked after create).
@@ -345,6 +357,15 @@ int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv,
 
 /* Barrier across the ranks, with the same deadline and liveness checks. */
 int lockstep_comm_barrier(lockstep_comm_t *comm);
+
+/* Take part in this rank's next collective only to refuse it, as a collective does
+ * when its arguments are invalid (see "Invalid arguments" at the top): for bindings
+ * that reject a call's arguments before they reach lockstep (Python's buffer checks),
+ * so that the peers' call ends with -LOCKSTEP_EPEERINVAL instead of at the deadline.
+ * Waits until every rank has announced the call. Returns 0 (also alone), or the
+ * failure the wait met (-LOCKSTEP_EPEERDIED, -ETIMEDOUT, ...: the communicator is then
+ * broken), or -EINVAL for a NULL comm, -EBUSY and -LOCKSTEP_EFORKED as any call. */
+int lockstep_comm_refuse(lockstep_comm_t *comm);
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,12 @@
  * keeps (grown to the largest call: on leaders the message, size * bytes for
  * allgather; see reduce_scatter and alltoall), which a broken communicator never
  * frees, nor the arrays MPI reads. Without the memory for it a leader fails its node
- * with -ENOMEM, and the other leaders wait out their deadline.
+ * with -ENOMEM, and the other leaders wait out their deadline. Invalid arguments on
+ * one rank that its node's call finds (comm.h: "Invalid arguments") end that call on
+ * the node at once with -LOCKSTEP_EPEERINVAL; with one node the communicator goes on,
+ * with more it is broken there and the other leaders wait out their deadline. Those
+ * this layer finds itself (NULL buffers, overlap, a root out of range) return -EINVAL
+ * on that rank alone: pass the same arguments everywhere.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */

@@ -23,8 +23,11 @@ enum {
     LOCKSTEP_EBADFILE  = 5003, /* a model file is malformed */
     LOCKSTEP_EABORTED  = 5004, /* a graph run was aborted by a node or by lockstep_pool_abort */
     LOCKSTEP_EMPI      = 5005, /* an MPI call failed (lockstep/comm_mpi.h) */
-    LOCKSTEP_EFORKED   = 5006  /* a communicator used in a process forked after its
+    LOCKSTEP_EFORKED   = 5006, /* a communicator used in a process forked after its
                                   creation: its rank is the parent's */
+    LOCKSTEP_EPEERINVAL = 5007 /* another rank's arguments to this collective were
+                                  invalid: the call did nothing on any rank, and the
+                                  communicator goes on (lockstep/comm.h) */
 };
 
 /* A static, human-readable description of a code (negative or positive). Never NULL. */

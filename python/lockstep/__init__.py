@@ -39,6 +39,12 @@ different collectives), CommCancelledError (another rank abandoned the call). Af
 of these the communicator is broken on every rank. Ctrl-C (or any signal handler that
 raises) interrupts a call that waits for peers within about 10 ms: that rank gets the
 handler's exception (KeyboardInterrupt), the others CommCancelledError.
+A call whose arguments are wrong on one rank raises ValueError or TypeError there and
+PeerArgumentError (a CommError) on the others, at once: that rank still takes its turn
+in the call, refused. The call does nothing on any rank and the communicator goes on
+(except when the others wait in a barrier while some are in another call, or in an
+eager broadcast: that is a MismatchError, as for ranks that call different
+collectives).
 
 A Comm takes one call at a time: a thread that calls while another thread is in a
 call on the same Comm gets RuntimeError (the call in flight goes on). close() during a
@@ -72,10 +78,11 @@ import numpy as _np
 
 from . import _lockstep
 from ._lockstep import (BadFileError, CommCancelledError, CommError, CommTimeoutError, LoadCancelled,
-                        LoadError, MismatchError, PeerDiedError)
+                        LoadError, MismatchError, PeerArgumentError, PeerDiedError)
 from .load import load
 
 __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "CommCancelledError",
+           "PeerArgumentError",
            "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__"]
 __version__ = _lockstep.version
 
@@ -203,9 +210,13 @@ def _bump(t):
 def _allreduce_other(c, buf, code):
     """The C allreduce's path for objects without the buffer protocol: torch tensors
     (bfloat16 included). None: not a tensor either, and C raises the TypeError."""
-    if not _is_tensor(buf):
-        return None
-    dtype = _torch_code(buf)  # checked before data_ptr, which raises its own error for sparse tensors
+    try:
+        if not _is_tensor(buf):
+            return None
+        dtype = _torch_code(buf)  # checked before data_ptr, which raises its own error for sparse tensors
+    except (TypeError, ValueError):
+        c.refuse()  # the peers' call ends now (PeerArgumentError), not at the deadline
+        raise
     c.allreduce_ptr(buf.data_ptr(), buf.numel(), dtype, code)
     if buf.requires_grad:  # _written without its tensor check: this is the per-call path for tensors
         _bump(buf)
@@ -321,12 +332,23 @@ class Comm:
                 torch.empty(shape, dtype=dtype)
         return _np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
 
+    def _refused(self):
+        """After this rank's own check of a collective's arguments raised: take its turn
+        in the call anyway, refused, so that the peers' call ends at once with
+        PeerArgumentError instead of at the deadline (the caller then re-raises)."""
+        self._c.refuse()
+
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
         """Copy root's buf into every rank's buf (same byte length everywhere); returns buf."""
-        root = _int_arg(root, "root", None)
-        if not 0 <= root < self.size:
-            raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
-        self._c.broadcast(_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        try:
+            root = _int_arg(root, "root", None)
+            if not 0 <= root < self.size:
+                raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
+            args = (_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        except (TypeError, ValueError):
+            self._refused()
+            raise
+        self._c.broadcast(*args)
         _written(buf)
         return buf
 
@@ -335,9 +357,14 @@ class Comm:
         returns recv. Without recv, a new one: for a numpy array or torch tensor of
         shape S, one of shape (size, *S) and the same dtype (block r is rank r's);
         for any other buffer, a numpy uint8 array of shape (size, nbytes)."""
-        if recv is None:
-            recv = _new_like(send, (self.size,), "allgather")
-        self._c.allgather(_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        try:
+            if recv is None:
+                recv = _new_like(send, (self.size,), "allgather")
+            args = (_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+        except (TypeError, ValueError):
+            self._refused()
+            raise
+        self._c.allgather(*args)
         _written(recv)
         return recv
 
@@ -345,9 +372,14 @@ class Comm:
         """recv block k = rank k's block `rank` of send, where send (and recv) hold size
         equal blocks of bytes, block r for rank r; returns recv (a new array or tensor
         like send without it). recv must not overlap send."""
-        if recv is None:
-            recv = _new_like(send, (), "alltoall")
-        self._c.alltoall(_bytes_view(send), _bytes_view(recv))
+        try:
+            if recv is None:
+                recv = _new_like(send, (), "alltoall")
+            args = (_bytes_view(send), _bytes_view(recv))
+        except (TypeError, ValueError):
+            self._refused()
+            raise
+        self._c.alltoall(*args)
         _written(recv)
         return recv
 
@@ -359,6 +391,18 @@ class Comm:
         of the same dtype, and may be this rank's block of send. Without recv, a new
         one: send's shape with its first dimension divided by size when it divides,
         else 1-D."""
+        try:
+            recv, scode, count, op_code = self._reduce_scatter_args(send, recv, op)
+        except (TypeError, ValueError):
+            self._refused()
+            raise
+        self._c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)
+        _written(recv)
+        return recv
+
+    def _reduce_scatter_args(self, send, recv, op):
+        """(recv, made if None; the dtype code; one block's element count; the op code),
+        checked"""
         op_code = _code(_OPS, op, "op")
         scode, n = self._rs_operand(send, "send", False)
         if n % self.size:
@@ -378,9 +422,7 @@ class Comm:
             raise ValueError(f"reduce_scatter's recv must hold one block of send: {count} elements of send's "
                              f"dtype, not {rn} of another" if rcode != scode else
                              f"reduce_scatter's recv must hold one block of send: {count} elements, not {rn}")
-        self._c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)
-        _written(recv)
-        return recv
+        return recv, scode, count, op_code
 
     @staticmethod
     def _rs_operand(a, what, writable):

@@ -10,7 +10,7 @@
 #include "load_module.h"
 #include "lockstep/lockstep.h"
 
-static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError, *CancelledError;
+static PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError, *CancelledError, *PeerArgumentError;
 
 /* A negative lockstep/errno code as the matching exception; returns NULL. */
 static PyObject *raise_code(int rc, const char *what)
@@ -24,6 +24,12 @@ static PyObject *raise_code(int rc, const char *what)
         type = CommTimeoutError;
     else if (rc == -LOCKSTEP_EMISMATCH)
         type = MismatchError;
+    else if (rc == -LOCKSTEP_EPEERINVAL) {
+        PyErr_Format(PeerArgumentError, "%s: another rank's arguments to this call were invalid (it raised "
+                     "ValueError or TypeError there); the call did nothing on any rank and the communicator "
+                     "goes on", what);
+        return NULL;
+    }
     else if (rc == -ECANCELED) {
         PyErr_Format(CancelledError, "%s: a rank abandoned the call (Ctrl-C or another signal); "
                      "the communicator is broken: close it and create a new one", what);
@@ -206,6 +212,50 @@ static void leave(CommObject *self)
     free_when_done(self);
 }
 
+/* A collective this rank rejects before lockstep sees it (a bad buffer or op) still
+ * takes its turn, refused (lockstep_comm_refuse), so that the peers' call ends at once
+ * with PeerArgumentError instead of at the deadline. Not when the Comm is closed or
+ * another thread is in a call (that call is this rank's turn). 0, or -1 when a signal
+ * handler raised while the refusal waited (KeyboardInterrupt, set); a failure the
+ * refusal met is the next call's error. */
+static int refuse(CommObject *self)
+{
+    if (!self->comm || self->closed || self->busy)
+        return 0;
+    int rc;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = lockstep_comm_refuse(self->comm);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    return rc == -ECANCELED && PyErr_Occurred() ? -1 : 0;
+}
+
+/* refuse, keeping the error already set for the caller (unless a signal handler's
+ * replaces it); returns NULL */
+static PyObject *refused(CommObject *self)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (refuse(self) != 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* Comm.refuse(): for the package's own checks (Comm.broadcast...) */
+static PyObject *comm_refuse(CommObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (refuse(self) != 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* The buffer protocol: this rank's shared buffer (params.buffer_bytes), writable bytes.
  * Views keep the mapping alive: close() with views left frees it when the last goes. */
 static int comm_getbuffer(CommObject *self, Py_buffer *view, int flags)
@@ -243,7 +293,7 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
 {
     if (n != 4) {
         PyErr_SetString(PyExc_TypeError, "allreduce_ptr(address, count, dtype, op)");
-        return NULL;
+        return refused(self);
     }
     lockstep_comm_t *c = live(self);
     if (!c)
@@ -252,10 +302,10 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
     Py_ssize_t count = PyLong_AsSsize_t(args[1]);
     long dt = PyLong_AsLong(args[2]), op = PyLong_AsLong(args[3]);
     if (PyErr_Occurred())
-        return NULL;
+        return refused(self);
     if (count < 0) {
         PyErr_SetString(PyExc_ValueError, "count must be >= 0");
-        return NULL;
+        return refused(self);
     }
     int rc;
     if (enter(self, "allreduce") != 0)
@@ -285,7 +335,7 @@ static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args
 {
     if (n != 5) {
         PyErr_SetString(PyExc_TypeError, "reduce_scatter_ptr(send, recv, count, dtype, op)");
-        return NULL;
+        return refused(self);
     }
     lockstep_comm_t *c = live(self);
     if (!c)
@@ -294,10 +344,10 @@ static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args
     Py_ssize_t count = PyLong_AsSsize_t(args[2]);
     long dt = PyLong_AsLong(args[3]), op = PyLong_AsLong(args[4]);
     if (PyErr_Occurred())
-        return NULL;
+        return refused(self);
     if (count < 0) {
         PyErr_SetString(PyExc_ValueError, "count must be >= 0");
-        return NULL;
+        return refused(self);
     }
     int rc;
     if (enter(self, "reduce_scatter") != 0)
@@ -400,17 +450,17 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
                         : PyUnicode_CompareWithASCIIString(key, "buf") == 0 ? &obj : NULL;
         if (!slot || *slot) {
             PyErr_Format(PyExc_TypeError, "allreduce(buf, op=\"sum\"): unexpected or repeated argument %R", key);
-            return NULL;
+            return refused(self);
         }
         *slot = args[n + i];
     }
     if (!obj || n > 2) {
         PyErr_SetString(PyExc_TypeError, "allreduce(buf, op=\"sum\") takes the buffer and at most an op");
-        return NULL;
+        return refused(self);
     }
     int op = opobj ? op_code(opobj) : LOCKSTEP_SUM;
     if (op < 0)
-        return NULL;
+        return refused(self);
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
@@ -424,11 +474,11 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
     }
     Py_buffer v;
     if (writable_buffer(obj, &v, "allreduce") != 0)
-        return NULL;
+        return refused(self);
     int dt = dtype_of(&v);
     if (dt < 0) {
         PyBuffer_Release(&v);
-        return NULL;
+        return refused(self);
     }
     size_t count = (size_t)(v.len / v.itemsize);
     int rc;
@@ -455,13 +505,13 @@ static PyObject *comm_broadcast(CommObject *self, PyObject *args)
     PyObject *obj;
     int root, order = 0, xfer = 0;
     if (!PyArg_ParseTuple(args, "Oi|ii", &obj, &root, &order, &xfer))
-        return NULL;
+        return refused(self);
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
     Py_buffer v;
     if (writable_buffer(obj, &v, "broadcast") != 0)
-        return NULL;
+        return refused(self);
     int rc;
     if (enter(self, "broadcast") != 0) {
         PyBuffer_Release(&v);
@@ -500,18 +550,20 @@ static PyObject *comm_allgather(CommObject *self, PyObject *args)
     PyObject *sobj, *robj;
     int order = 0, xfer = 0;
     if (!PyArg_ParseTuple(args, "OO|ii", &sobj, &robj, &order, &xfer))
-        return NULL;
+        return refused(self);
     lockstep_comm_t *c = live(self);
     Py_buffer s, r;
-    if (!c || send_recv_buffers(sobj, robj, &s, &r, "allgather") != 0)
+    if (!c)
         return NULL;
+    if (send_recv_buffers(sobj, robj, &s, &r, "allgather") != 0)
+        return refused(self);
     int size = lockstep_comm_size(c), rc;
     if (r.len != s.len * size) {
         PyBuffer_Release(&s);
         PyBuffer_Release(&r);
         PyErr_Format(PyExc_ValueError, "allgather's recv must hold size * len(send) = %zd bytes, not %zd",
                      s.len * size, r.len);
-        return NULL;
+        return refused(self);
     }
     if (enter(self, "allgather") != 0) {
         PyBuffer_Release(&s);
@@ -533,11 +585,13 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args)
 {
     PyObject *sobj, *robj;
     if (!PyArg_ParseTuple(args, "OO", &sobj, &robj))
-        return NULL;
+        return refused(self);
     lockstep_comm_t *c = live(self);
     Py_buffer s, r;
-    if (!c || send_recv_buffers(sobj, robj, &s, &r, "alltoall") != 0)
+    if (!c)
         return NULL;
+    if (send_recv_buffers(sobj, robj, &s, &r, "alltoall") != 0)
+        return refused(self);
     int size = lockstep_comm_size(c), rc;
     const char *why = s.len % size ? "alltoall's send must hold size equal blocks"
                     : r.len != s.len ? "alltoall's recv must hold as many bytes as send"
@@ -546,7 +600,7 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "%s (size %d, send %zd bytes, recv %zd)", why, size, s.len, r.len);
         PyBuffer_Release(&s);
         PyBuffer_Release(&r);
-        return NULL;
+        return refused(self);
     }
     if (enter(self, "alltoall") != 0) {
         PyBuffer_Release(&s);
@@ -680,6 +734,8 @@ static PyMethodDef comm_methods[] = {
     {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
     {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
     {"barrier", (PyCFunction)comm_barrier, METH_NOARGS, "barrier()"},
+    {"refuse", (PyCFunction)comm_refuse, METH_NOARGS,
+     "refuse(): take this rank's turn in the next collective only to refuse it (bad arguments)"},
     {"peers", (PyCFunction)comm_peers, METH_O, "peers(order) -> the other ranks, in the order a broadcast visits them"},
     {"bench_allreduce", (PyCFunction)comm_bench_allreduce, METH_VARARGS, "bench_allreduce(count, iters) -> ns per C call"},
     {"close", (PyCFunction)comm_close, METH_NOARGS, "close()"},
@@ -772,7 +828,11 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     MismatchError = PyErr_NewExceptionWithDoc("lockstep.MismatchError", "ranks called different collectives", CommError, NULL);
     CancelledError = PyErr_NewExceptionWithDoc("lockstep.CommCancelledError", "a rank abandoned a call (a signal)",
                                                CommError, NULL);
-    if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError || !CancelledError)
+    PeerArgumentError = PyErr_NewExceptionWithDoc(
+        "lockstep.PeerArgumentError",
+        "another rank's arguments to this call were invalid: the call did nothing, the communicator goes on",
+        CommError, NULL);
+    if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError || !CancelledError || !PeerArgumentError)
         return NULL;
     Py_INCREF(&CommType);
     PyModule_AddObject(m, "Comm", (PyObject *)&CommType);
@@ -781,6 +841,7 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyModule_AddObject(m, "CommTimeoutError", Py_NewRef(CommTimeoutError));
     PyModule_AddObject(m, "MismatchError", Py_NewRef(MismatchError));
     PyModule_AddObject(m, "CommCancelledError", Py_NewRef(CancelledError));
+    PyModule_AddObject(m, "PeerArgumentError", Py_NewRef(PeerArgumentError));
     PyModule_AddStringConstant(m, "version", lockstep_version());
     PyModule_AddIntConstant(m, "MAX_RANKS", LOCKSTEP_COMM_MAX_RANKS);
     if (lockstep_py_add_load(m) != 0) {

@@ -268,5 +268,8 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
                             lockstep_dtype_t dtype, lockstep_op_t op)
 {
     int rc = ls_comm_enter(c);
-    return rc ? rc : ls_comm_leave(c, allreduce(c, send, recv, count, dtype, op));
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, allreduce(c, send, recv, count, dtype, op));
 }

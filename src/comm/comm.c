@@ -487,13 +487,24 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     return rc;
 }
 
+/* A call some rank refused (ls_comm_refuse) is void on every rank: every rank sees
+ * the same announcements, so each returns -LOCKSTEP_EPEERINVAL (the refuser turns it
+ * into its -EINVAL) and none records a failure. Otherwise a disagreement breaks the
+ * communicator. */
 int ls_comm_verify(lockstep_comm_t *c)
 {
     unsigned b = c->seq & 1;
-    for (int r = 0; r < c->size; r++)
-        if (r != c->rank && !ls_same_desc(&ls_ctl(c, r)->ann[b].desc, &c->desc))
-            return ls_comm_fail(c, LOCKSTEP_EMISMATCH);
-    return 0;
+    int refused = c->desc.call == LS_CALL_REFUSED, differ = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank)
+            continue;
+        const ls_desc_t *d = &ls_ctl(c, r)->ann[b].desc;
+        refused |= d->call == LS_CALL_REFUSED;
+        differ |= !ls_same_desc(d, &c->desc);
+    }
+    if (refused)
+        return -LOCKSTEP_EPEERINVAL;
+    return differ ? ls_comm_fail(c, LOCKSTEP_EMISMATCH) : 0;
 }
 
 int ls_comm_alone(lockstep_comm_t *c, void *dst, const void *src, size_t bytes)
@@ -1089,19 +1100,12 @@ void lockstep_comm_free(lockstep_comm_t *c)
     free(c);
 }
 
-static int barrier(lockstep_comm_t *c)
+/* One episode of the thread layer's barrier in the segment, waited in slices with the
+ * same liveness checks as every wait. */
+static int barrier_episode(lockstep_comm_t *c)
 {
-    if (c->size == 1)
-        return ls_comm_failed(c);
-    /* announce without waiting, so a peer in a different call sees the mismatch; then
-     * the thread layer's barrier, waited in slices with the same liveness checks */
-    int rc = ls_comm_settle(c);
-    if (rc == 0)
-        rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);
-    if (rc)
-        return rc;
     unsigned tid = (unsigned)c->rank;
-    rc = lockstep_barrier_arrive(c->barrier, tid);
+    int rc = lockstep_barrier_arrive(c->barrier, tid);
     uint64_t deadline = ls_comm_deadline(c);
     while (rc == 0 && (rc = lockstep_barrier_wait_until(c->barrier, tid, slice_end(deadline))) == -ETIMEDOUT) {
         rc = between_slices(c, -1, deadline);
@@ -1115,6 +1119,20 @@ static int barrier(lockstep_comm_t *c)
             rc = ls_comm_fail(c, rc);
         }
     }
+    return rc;
+}
+
+static int barrier(lockstep_comm_t *c)
+{
+    if (c->size == 1)
+        return ls_comm_failed(c);
+    /* announce without waiting, so a peer in a different call sees the mismatch; then
+     * the barrier episode */
+    int rc = ls_comm_settle(c);
+    if (rc == 0)
+        rc = ls_comm_announce(c, LS_CALL_BARRIER, 0, 0, 0, 0, 0);
+    if (rc == 0)
+        rc = barrier_episode(c);
     if (rc)
         return rc;
     return ls_comm_verify(c); /* everyone has announced by now */
@@ -1124,4 +1142,39 @@ int lockstep_comm_barrier(lockstep_comm_t *c)
 {
     int rc = ls_comm_enter(c);
     return rc ? rc : ls_comm_leave(c, barrier(c));
+}
+
+/* A call this rank refuses: announced as such and waited for like any call, so that
+ * every rank's call ends at once (see ls_comm_verify) and the sequence stays in step.
+ * Nothing else happens in it: peers stop at their announcement, where at most their
+ * own slots were written, which no one reads for this call. Peers in a barrier have
+ * gone on into its episode, where they wait for every rank: a refuser joins it when
+ * every peer that did not refuse is in a barrier (each refuser sees the same, so all
+ * of them join), and otherwise the barriers cannot end, and it breaks the
+ * communicator. Peers in an eager broadcast never announce: the wait below finds
+ * that between slices and breaks it too. Returns 0 or the failure. */
+int ls_comm_refuse(lockstep_comm_t *c)
+{
+    int rc = ls_comm_settle(c);
+    if (rc == 0)
+        rc = ls_comm_announce(c, LS_CALL_REFUSED, 0, 0, 0, 0, 1);
+    if (rc != -LOCKSTEP_EPEERINVAL) /* a failure: my own refusal makes the call void */
+        return rc;
+    int barrier = 0, other = 0;
+    for (int r = 0; r < c->size; r++) {
+        int call = ls_ctl(c, r)->ann[c->seq & 1].desc.call;
+        barrier |= r != c->rank && call == LS_CALL_BARRIER;
+        other |= r != c->rank && call != LS_CALL_BARRIER && call != LS_CALL_REFUSED;
+    }
+    if (!barrier)
+        return 0;
+    return other ? ls_comm_fail(c, LOCKSTEP_EMISMATCH) : barrier_episode(c);
+}
+
+int lockstep_comm_refuse(lockstep_comm_t *c)
+{
+    int rc = ls_comm_enter(c);
+    if (rc)
+        return rc;
+    return ls_comm_leave(c, c->size == 1 ? ls_comm_failed(c) : ls_comm_refuse(c));
 }

@@ -50,7 +50,7 @@ static inline int ls_is_segment(uint32_t magic)
 #define LS_BUSY_BOTH 2
 
 enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER, LS_CALL_REDUCE_SCATTER,
-              LS_CALL_ALLTOALL };
+              LS_CALL_ALLTOALL, LS_CALL_REFUSED /* ls_comm_refuse: this rank's arguments were invalid */ };
 
 typedef struct ls_seg_hdr {
     uint32_t magic, size;
@@ -206,6 +206,21 @@ static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
 {
     __atomic_store_n(&c->entered, 0, __ATOMIC_RELEASE);
     return rc;
+}
+
+/* comm.c: take part in this call only to refuse it (see lockstep_comm_refuse) */
+int ls_comm_refuse(lockstep_comm_t *c);
+
+/* ls_comm_leave for the collectives: a call that found its arguments invalid before it
+ * announced anything (-EINVAL with c->seq still seq0, what it was at the start) is
+ * refused, so that the peers' calls end at once instead of at the deadline. The
+ * caller gets its -EINVAL whatever the refusal met; a failure it met is recorded, and
+ * the next call returns it. */
+static inline int ls_comm_end(lockstep_comm_t *c, uint32_t seq0, int rc)
+{
+    if (LS_UNLIKELY(rc == -EINVAL) && c->seq == seq0 && c->size > 1)
+        (void)ls_comm_refuse(c);
+    return ls_comm_leave(c, rc);
 }
 
 /* Ranks (or cpu_sharers) fit the CPUs, as this rank saw at create */

@@ -214,11 +214,17 @@ int lockstep_comm_reduce_scatter(lockstep_comm_t *c, const void *send, void *rec
                                  lockstep_dtype_t dtype, lockstep_op_t op)
 {
     int rc = ls_comm_enter(c);
-    return rc ? rc : ls_comm_leave(c, reduce_scatter(c, send, recv, count, dtype, op));
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, reduce_scatter(c, send, recv, count, dtype, op));
 }
 
 int lockstep_comm_alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t bytes)
 {
     int rc = ls_comm_enter(c);
-    return rc ? rc : ls_comm_leave(c, alltoall(c, send, recv, bytes));
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, alltoall(c, send, recv, bytes));
 }

@@ -455,12 +455,18 @@ int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int roo
                             lockstep_xfer_t xfer)
 {
     int rc = ls_comm_enter(c);
-    return rc ? rc : ls_comm_leave(c, broadcast(c, buf, bytes, root, order, xfer));
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, broadcast(c, buf, bytes, root, order, xfer));
 }
 
 int lockstep_comm_allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer)
 {
     int rc = ls_comm_enter(c);
-    return rc ? rc : ls_comm_leave(c, allgather(c, send, recv, bytes, order, xfer));
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, allgather(c, send, recv, bytes, order, xfer));
 }

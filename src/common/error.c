@@ -15,6 +15,8 @@ const char *lockstep_strerror(int code)
     case LOCKSTEP_EMPI: return "an MPI call failed";
     case LOCKSTEP_EFORKED:
         return "communicator made before fork(): its rank belongs to the parent; create a new one in the child";
+    case LOCKSTEP_EPEERINVAL:
+        return "another rank passed invalid arguments to this collective: the call did nothing on any rank";
     default: return strerror(code);
     }
 }

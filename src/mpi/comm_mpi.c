@@ -106,10 +106,12 @@ static int mpi_wait(lockstep_mpi_comm_t *c, MPI_Request *req, int mpi_rc)
 }
 
 /* Record a failure; every later call returns it. Not -EINVAL: bad arguments are
- * refused before anything is announced, and leave the communicator working. */
+ * refused before anything is announced, and leave the communicator working. Nor,
+ * with one node, -LOCKSTEP_EPEERINVAL: the node's call was void on every rank. (With
+ * more, the other nodes' leaders were not told, and the call's MPI step is lost.) */
 static int fail(lockstep_mpi_comm_t *c, int rc)
 {
-    if (rc && rc != -EINVAL && !c->broken)
+    if (rc && rc != -EINVAL && !(rc == -LOCKSTEP_EPEERINVAL && c->nodes == 1) && !c->broken)
         c->broken = rc;
     return rc;
 }

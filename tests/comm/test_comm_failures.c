@@ -812,6 +812,125 @@ static int args_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* ---- one rank's invalid arguments: a refused call --------------------------------- */
+
+/* Rank 1 (or every rank) passes invalid arguments; the others call the same collective
+ * correctly (or another one). The deadline (60 s) is twice the watchdog: peers that
+ * waited for it instead of seeing the refusal fail by the watchdog. */
+static int refuse_case;
+enum { REFUSE_CASES = 11 };
+
+/* Rank `bad`'s call in case k with invalid arguments when bad, else a valid one. */
+static int refuse_call(lockstep_comm_t *c, int k, int bad, float *v, float *big, size_t nbig, int size)
+{
+    switch (k) {
+    case 0: return lockstep_comm_allreduce(c, bad ? NULL : v, v, 4, LOCKSTEP_F32, LOCKSTEP_SUM);
+    case 1: return lockstep_comm_broadcast(c, v, 16, bad ? size : 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    case 2: return lockstep_comm_allgather(c, bad ? v + 1 : v + 64, v, 8, 0, 0); /* bad: overlapping */
+    case 3: return lockstep_comm_alltoall(c, v, bad ? v + 1 : v + 64, 4);      /* bad: overlapping */
+    case 4: return lockstep_comm_reduce_scatter(c, v, v + 64, 2, LOCKSTEP_F32, bad ? (lockstep_op_t)9 : LOCKSTEP_SUM);
+    case 5: /* the others are in a barrier: the refuser joins its episode */
+        return bad ? lockstep_comm_allreduce(c, v, v, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM) : lockstep_comm_barrier(c);
+    case 6: /* every rank's arguments are invalid */
+        return lockstep_comm_allreduce(c, v, v + 1, 4, LOCKSTEP_F32, LOCKSTEP_SUM);
+    case 7: /* the others copy a large message's first chunk in before announcing */
+        return bad ? lockstep_comm_refuse(c) : lockstep_comm_allreduce(c, big, big, nbig, LOCKSTEP_F32, LOCKSTEP_SUM);
+    default: return -1;
+    }
+}
+
+static int refuse_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    if (!c)
+        return 1;
+    float v[128] = {0};
+    size_t nbig = (size_t)1 << 18; /* 1 MiB: the large path, CMA where ranks fit the CPUs */
+    float *big = malloc(nbig * sizeof(float));
+    CHECK(big != NULL);
+    for (size_t i = 0; i < nbig; i++)
+        big[i] = (float)(i % 7);
+    int k = refuse_case, bad = rank == 1 || k == 6;
+    int rc = refuse_call(c, k, bad, v, big, nbig, size);
+    int want = k == 7 && bad ? 0 : bad ? -EINVAL : -LOCKSTEP_EPEERINVAL;
+    if (rc != want) {
+        fprintf(stderr, "refuse case %d rank %d of %d: got %s, want %s\n", k, rank, size, lockstep_strerror(rc),
+                lockstep_strerror(want));
+        return 1;
+    }
+    /* the call did nothing, and the communicator goes on: a large and a small call */
+    for (size_t i = 0; i < nbig; i++)
+        big[i] = (float)((i + (size_t)rank) % 5);
+    CHECK_EQ(lockstep_comm_allreduce(c, big, big, nbig, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+    for (size_t i = 0; i < nbig; i += 4099) {
+        float want_i = 0;
+        for (int r = 0; r < size; r++)
+            want_i += (float)((i + (size_t)r) % 5);
+        CHECK(big[i] == want_i);
+    }
+    v[0] = (float)rank;
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+    CHECK(v[0] == (float)(size * (size - 1) / 2));
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    free(big);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+/* Calls the refusal cannot void: the communicator breaks, at once, on every rank.
+ * Case 8 (3 ranks): rank 0 in a barrier, rank 2 in an allreduce, rank 1 refuses: rank
+ * 2's allreduce is void, but rank 0's barrier cannot end, so the refuser breaks it.
+ * Case 9: eager broadcasts, and the root refuses: the receivers never wait for it.
+ * Case 10: the same, a receiver refuses: the root has gone on, the other receivers got
+ * their data; the refuser's own wait finds the eager call and breaks it. */
+static int refuse_break_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.timeout_ms = 60000;
+    p.broadcast_eager_bytes = refuse_case == 8 ? 0 : 1024;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    float v[16] = {0};
+    int rc, want;
+    if (refuse_case == 8) {
+        rc = rank == 0 ? lockstep_comm_barrier(c)
+             : rank == 1 ? lockstep_comm_allreduce(c, NULL, v, 4, LOCKSTEP_F32, LOCKSTEP_SUM)
+                         : lockstep_comm_allreduce(c, v, v, 4, LOCKSTEP_F32, LOCKSTEP_SUM);
+        want = rank == 0 ? -LOCKSTEP_EMISMATCH : rank == 1 ? -EINVAL : -LOCKSTEP_EPEERINVAL;
+    } else {
+        int refuser = refuse_case == 9 ? 0 : 1;
+        rc = lockstep_comm_broadcast(c, rank == refuser ? NULL : v, 16, 0, 0, 0);
+        /* case 10: the root and the other receivers finished theirs */
+        want = rank == refuser ? -EINVAL : refuse_case == 10 ? 0 : -LOCKSTEP_EMISMATCH;
+    }
+    if (rc != want) {
+        fprintf(stderr, "refuse case %d rank %d: got %s, want %s\n", refuse_case, rank, lockstep_strerror(rc),
+                lockstep_strerror(want));
+        return 1;
+    }
+    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -LOCKSTEP_EMISMATCH);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_refuse(void)
+{
+    char job[96];
+    static const int sizes[] = {2, 3, 4};
+    for (refuse_case = 0; refuse_case < REFUSE_CASES; refuse_case++)
+        for (int i = 0; i < 3; i++) {
+            int size = refuse_case == 8 ? 3 : refuse_case > 8 ? sizes[i] + 1 : sizes[i];
+            if (refuse_case == 8 && i)
+                break;
+            harness_job(job, sizeof job, "refuse");
+            int failed = harness_run(refuse_case >= 8 ? refuse_break_body : refuse_body, size, job, 30, 0);
+            if (failed)
+                fprintf(stderr, "refuse case %d at %d ranks: %d ranks failed\n", refuse_case, size, failed);
+            CHECK_EQ(failed, 0);
+            CHECK_EQ(shm_entries_with(job), 0);
+        }
+}
+
 /* ---- rendezvous --------------------------------------------------------------------- */
 
 static int disagree_on; /* 0: the size; 1: the allreduce switch point; 2: the buffer */
@@ -1248,6 +1367,8 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "args") == 0) {
         harness_job(job, sizeof job, "args");
         CHECK_EQ(harness_run(args_body, 2, job, 60, 0), 0);
+    } else if (strcmp(t, "refuse") == 0) {
+        test_refuse();
     } else if (strcmp(t, "rendezvous") == 0) {
         test_rendezvous();
     } else if (strcmp(t, "env") == 0) {
@@ -1267,7 +1388,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "freed") == 0) {
         test_freed();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|rendezvous|env|cancel|race|leave|busy|fork|pidns|freed\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|refuse|rendezvous|env|cancel|race|leave|busy|fork|pidns|freed\n", argv[0]);
         return 1;
     }
     return 0;

@@ -11,6 +11,7 @@ int main(void)
     CHECK(strstr(lockstep_strerror(LOCKSTEP_EABORTED), "abort") != NULL);
     CHECK(strstr(lockstep_strerror(LOCKSTEP_EMPI), "MPI") != NULL);
     CHECK(strstr(lockstep_strerror(-LOCKSTEP_EFORKED), "fork") != NULL);
+    CHECK(strstr(lockstep_strerror(-LOCKSTEP_EPEERINVAL), "invalid arguments") != NULL);
     CHECK(strcmp(lockstep_strerror(-EINVAL), strerror(EINVAL)) == 0);
     CHECK(strcmp(lockstep_strerror(0), "success") == 0);
     CHECK(lockstep_strerror(-999999) != NULL);

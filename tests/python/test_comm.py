@@ -505,6 +505,46 @@ def test_mismatch_raises_on_every_rank():
     run_ranks(mismatch_body, 2)
 
 
+def refuse_body(rank, size, job):
+    """Rank 1 passes a bad argument to each kind of call, the others good ones: rank 1
+    raises what to fix, the others PeerArgumentError at once (the deadline, 60 s, is
+    past the watchdog's 30), and the communicator goes on."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    bad = rank == 1
+    f32 = np.ones(4, np.float32)
+    calls = [  # (rank 1's call, the others' call, the error rank 1 gets)
+        (lambda c: c.allreduce(np.ones(8, np.float32)[::2]), lambda c: c.allreduce(f32), ValueError),
+        (lambda c: c.allreduce(np.ones(4)), lambda c: c.allreduce(f32), TypeError),
+        (lambda c: c.allreduce(f32, op="avg"), lambda c: c.allreduce(f32), ValueError),
+        (lambda c: c.broadcast(f32, root=size), lambda c: c.broadcast(f32, root=0), ValueError),
+        (lambda c: c.allgather(f32, np.zeros(3, np.float32)), lambda c: c.allgather(f32), ValueError),
+        (lambda c: c.alltoall(np.zeros(size * 4 + 1, np.uint8)), lambda c: c.alltoall(np.zeros(size * 4, np.uint8)),
+         ValueError),
+        (lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.int32)),
+         lambda c: c.reduce_scatter(np.ones(size * 2, np.float32)), ValueError),
+        (lambda c: c.allreduce(f32, "sum", 3), lambda c: c.barrier(), TypeError),  # the others in a barrier
+    ]
+    if torch is not None:
+        calls.append((lambda c: c.allreduce(torch.ones(4, dtype=torch.float64)),
+                      lambda c: c.allreduce(torch.ones(4)), TypeError))
+    with lockstep.Comm(job, rank, size, timeout=60) as c:
+        for mine, theirs, err in calls:
+            with pytest.raises(err if bad else lockstep.PeerArgumentError):
+                (mine if bad else theirs)(c)
+        got = c.allreduce(np.full(3, rank, np.int32))
+        assert got.tolist() == [size * (size - 1) // 2] * 3
+    return len(calls)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_bad_arguments_on_one_rank_end_the_call_on_every_rank(size):
+    res = run_ranks(refuse_body, size, timeout=30)
+    assert len(set(res.values())) == 1
+
+
 def fork_body(rank, size, job):
     """rank 0 forks; the child's copy of the Comm refuses every call (its rank is the
     parent's) and the child makes a Comm of its own; the parent's job goes on"""

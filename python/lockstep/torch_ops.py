@@ -17,6 +17,10 @@ the graph instead of breaking it.
                     # along dim 0 (scatter and gather dims as in sequence parallelism;
                     # 0, 0 is torch.distributed.all_to_all_single with equal splits)
 
+A call whose arguments are wrong on one rank (a dim out of range, a size that does
+not split, a tensor that requires grad) raises there and lockstep.PeerArgumentError on
+the others, at once, as lockstep.Comm's calls do.
+
 all_reduce_ and broadcast_ change their tensor in place and return nothing; the
 others return a new contiguous tensor. all_gather and all_to_all take any dtype;
 reduce_scatter the dtypes and ops of all_reduce_. All take any layout: a
@@ -68,10 +72,22 @@ def _comm(handle):
     return comm
 
 
-def _no_grad(tensor, name):
+def _refusing(comm, check, *args):
+    """check(*args); when it raises (this rank's arguments are wrong), take this rank's
+    turn in the call anyway, refused, so that the peers' call ends at once with
+    lockstep.PeerArgumentError instead of at the deadline (see lockstep.Comm)"""
+    try:
+        return check(*args)
+    except (TypeError, ValueError, RuntimeError):
+        comm._refused()
+        raise
+
+
+def _no_grad(comm, tensor, name):
     if tensor.requires_grad and torch.is_grad_enabled():
         also = (f" (torch.ops.lockstep.{name}_autograd has one)"
                 if name in ("all_gather", "reduce_scatter", "all_to_all") else "")
+        comm._refused()  # as _refusing does; here the check costs no call of its own
         raise RuntimeError(f"torch.ops.lockstep.{name} has no backward{also}: call it under torch.no_grad() "
                            "or torch.inference_mode(), or on a tensor that does not require grad")
 
@@ -79,7 +95,7 @@ def _no_grad(tensor, name):
 def all_reduce_(tensor, handle, op="sum"):
     """The op's kernel (every device; lockstep itself refuses non-CPU tensors)."""
     comm = _comm(handle)
-    _no_grad(tensor, "all_reduce_")
+    _no_grad(comm, tensor, "all_reduce_")
     if tensor.is_contiguous():
         comm.allreduce(tensor, op)
     else:  # through a contiguous copy, and back into the tensor's own layout
@@ -89,7 +105,7 @@ def all_reduce_(tensor, handle, op="sum"):
 
 def broadcast_(tensor, handle, root=0):
     comm = _comm(handle)
-    _no_grad(tensor, "broadcast_")
+    _no_grad(comm, tensor, "broadcast_")
     if tensor.is_contiguous():
         comm.broadcast(tensor, root)
     else:
@@ -117,8 +133,8 @@ def _gather_shape(tensor, size, dim):
 
 def all_gather(tensor, handle, dim=0):
     comm = _comm(handle)
-    _no_grad(tensor, "all_gather")
-    shape, dim = _gather_shape(tensor, comm.size, dim)
+    _no_grad(comm, tensor, "all_gather")
+    shape, dim = _refusing(comm, _gather_shape, tensor, comm.size, dim)
     blocks = comm.allgather(tensor.contiguous())  # (size, *shape), block r rank r's
     if dim == 0:
         return blocks.view(shape)
@@ -144,8 +160,8 @@ def _parts(tensor, size, dim, part_shape):
 
 def reduce_scatter(tensor, handle, op="sum", dim=0):
     comm = _comm(handle)
-    _no_grad(tensor, "reduce_scatter")
-    shape, dim = _split_shape(tensor, comm.size, dim, "reduce_scatter")
+    _no_grad(comm, tensor, "reduce_scatter")
+    shape, dim = _refusing(comm, _split_shape, tensor, comm.size, dim, "reduce_scatter")
     return comm.reduce_scatter(_parts(tensor, comm.size, dim, shape), op=op).view(shape)
 
 
@@ -161,8 +177,9 @@ def _all_to_all_shapes(tensor, size, scatter_dim, gather_dim):
 
 def all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
     comm = _comm(handle)
-    _no_grad(tensor, "all_to_all")
-    part, shape, scatter_dim, gather_dim = _all_to_all_shapes(tensor, comm.size, scatter_dim, gather_dim)
+    _no_grad(comm, tensor, "all_to_all")
+    part, shape, scatter_dim, gather_dim = _refusing(comm, _all_to_all_shapes, tensor, comm.size, scatter_dim,
+                                                     gather_dim)
     got = comm.alltoall(_parts(tensor, comm.size, scatter_dim, part))  # got[k]: rank k's part for me
     return got.movedim(0, gather_dim).reshape(shape)  # as torch.cat(list(got), gather_dim)
 

@@ -995,6 +995,36 @@ def test_torch_custom_op_reduces_across_ranks_and_refuses_autograd():
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_ops_with_bad_arguments_on_one_rank_end_the_call_on_every_rank():
+    def body(rank, size, job):
+        import lockstep.torch_ops as lt
+        bad = rank == 1
+        x = torch.ones(2, size)
+        g = torch.ones(4, requires_grad=True)
+        calls = [  # (rank 1's call, the others', the error rank 1 gets)
+            (lambda h: torch.ops.lockstep.all_gather(x, h, 2), lambda h: torch.ops.lockstep.all_gather(x, h, 1),
+             ValueError),
+            (lambda h: torch.ops.lockstep.reduce_scatter(x, h, "sum", 0),
+             lambda h: torch.ops.lockstep.reduce_scatter(x, h, "sum", 1), ValueError),
+            (lambda h: torch.ops.lockstep.all_to_all(x, h, 0, 0), lambda h: torch.ops.lockstep.all_to_all(x, h, 1, 0),
+             ValueError),
+            (lambda h: torch.ops.lockstep.all_reduce_(g * 2, h), lambda h: torch.ops.lockstep.all_reduce_(x, h),
+             RuntimeError),
+        ]
+        with lockstep.Comm(job, rank, size, timeout=60) as c:  # the deadline is past the watchdog's 30 s
+            h = lt.register(c)
+            for mine, theirs, err in calls:
+                with pytest.raises(err if bad else lockstep.PeerArgumentError):
+                    (mine if bad else theirs)(h)
+            t = torch.full((3,), float(rank))
+            torch.ops.lockstep.all_reduce_(t, h)  # the communicator goes on
+            assert t.tolist() == [float(size * (size - 1) // 2)] * 3
+            lt.unregister(h)
+        return True
+    run_ranks(body, 3, timeout=30)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_broadcast_and_all_gather_ops():
     def body(rank, size, job):
         import lockstep.torch_ops as lt

@@ -46,11 +46,11 @@
  * allgather; see reduce_scatter and alltoall), which a broken communicator never
  * frees, nor the arrays MPI reads. Without the memory for it a leader fails its node
  * with -ENOMEM, and the other leaders wait out their deadline. Invalid arguments on
- * one rank that its node's call finds (comm.h: "Invalid arguments") end that call on
- * the node at once with -LOCKSTEP_EPEERINVAL; with one node the communicator goes on,
- * with more it is broken there and the other leaders wait out their deadline. Those
- * this layer finds itself (NULL buffers, overlap, a root out of range) return -EINVAL
- * on that rank alone: pass the same arguments everywhere.
+ * one rank (-EINVAL there) end the call on its node at once, with
+ * -LOCKSTEP_EPEERINVAL on the others (comm.h: "Invalid arguments"); with one node the
+ * communicator goes on, with more it is broken on that node and the other nodes' ranks
+ * wait out their deadline. Ranks that all pass the same invalid arguments all get
+ * -EINVAL, and the communicator goes on.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */

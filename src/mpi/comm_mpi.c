@@ -116,6 +116,17 @@ static int fail(lockstep_mpi_comm_t *c, int rc)
     return rc;
 }
 
+/* A call whose arguments are invalid on this rank (found here, before the node's
+ * call): -EINVAL, and its turn in the node's call taken anyway, refused, so that the
+ * ranks of this node end theirs at once (comm.h: "Invalid arguments"). With more
+ * nodes, theirs then wait out their deadline, as for any call a node fails. */
+static int refused(lockstep_mpi_comm_t *c)
+{
+    if (!c->broken)
+        (void)lockstep_comm_refuse(c->node);
+    return -EINVAL;
+}
+
 /* After the node's part of a call: 1 when the call ends there (it failed, or there is
  * only one node), with *rc its result; 0 when the leaders' MPI step follows. */
 static int ends_in_node(lockstep_mpi_comm_t *c, int *rc)
@@ -453,7 +464,7 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
      * fails at once. */
     size_t es = lockstep_dtype_size(dtype), bytes = es && count <= SIZE_MAX / es ? count * es : 0;
     if ((count && (!send || !recv)) || (send != recv && ls_overlap(send, recv, bytes)))
-        return -EINVAL; /* (the leader's node call does not see recv) */
+        return refused(c); /* (the leader's node call does not see recv) */
     int lead = c->local == 0 && c->nodes > 1, nomem = lead ? scratch(c, bytes) : 0;
     int rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : lead ? c->scratch : recv, nomem ? 0 : count,
                                      dtype, op);
@@ -483,10 +494,10 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
 
 int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root)
 {
-    if (!c || root < 0 || (bytes && !buf))
+    if (!c)
         return -EINVAL;
-    if (root >= c->size)
-        return -EINVAL;
+    if (root < 0 || (bytes && !buf) || root >= c->size)
+        return refused(c);
     if (c->broken)
         return c->broken;
     int rn = c->node_of[root], rc = 0;
@@ -554,10 +565,10 @@ static int leaders_allgather(lockstep_mpi_comm_t *c, char *out, size_t bytes)
 
 int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
 {
-    if (!c || (bytes && (!send || !recv)))
+    if (!c)
         return -EINVAL;
-    if (bytes > SIZE_MAX / (size_t)c->size)
-        return -EINVAL;
+    if ((bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
+        return refused(c);
     if (c->broken)
         return c->broken;
     char *out = recv;
@@ -638,9 +649,11 @@ static int leaders_reduce_scatter(lockstep_mpi_comm_t *c, char *v, size_t count,
 int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
                                 lockstep_dtype_t dtype, lockstep_op_t op)
 {
-    int rc = c ? ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size) : -EINVAL;
+    if (!c)
+        return -EINVAL;
+    int rc = ls_reduce_scatter_args(send, recv, count, dtype, op, c->rank, c->size);
     if (rc)
-        return rc;
+        return refused(c);
     size_t block = count * lockstep_dtype_size(dtype), total = block * (size_t)c->size;
     if (c->broken)
         return c->broken;
@@ -719,10 +732,11 @@ static void copy_remote(const lockstep_mpi_comm_t *c, char *to, const char *from
 
 int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t bytes)
 {
-    if (!c || (bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size)
+    if (!c)
         return -EINVAL;
-    if (ls_overlap(send, recv, bytes * (size_t)c->size))
-        return -EINVAL;
+    if ((bytes && (!send || !recv)) || bytes > SIZE_MAX / (size_t)c->size ||
+        ls_overlap(send, recv, bytes * (size_t)c->size))
+        return refused(c);
     if (c->broken)
         return c->broken;
     if (c->nodes == 1)

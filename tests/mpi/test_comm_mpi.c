@@ -298,8 +298,12 @@ int main(int argc, char **argv)
     CHECK_EQ(lockstep_mpi_alltoall(c, w, w, 1), -EINVAL); /* overlap */
     CHECK_EQ(lockstep_mpi_alltoall(c, w, w + 32, SIZE_MAX / 2 + 1), -EINVAL);
     CHECK_EQ(lockstep_mpi_comm_nodes(NULL), -EINVAL);
-    if (want_nodes == 1 && N > 1) { /* one rank's bad dtype: the node's call is void, and ends at once */
+    if (want_nodes == 1 && N > 1) {
+        /* one rank's bad arguments, found by the node's call (the dtype) or by this
+         * layer (the root): the call is void, ends at once, and the communicator goes on */
         int rc = lockstep_mpi_allreduce(c, &f, &f, 1, R == 1 ? (lockstep_dtype_t)9 : LOCKSTEP_F32, LOCKSTEP_SUM);
+        CHECK_EQ(rc, R == 1 ? -EINVAL : -LOCKSTEP_EPEERINVAL);
+        rc = lockstep_mpi_broadcast(c, &f, 4, R == 1 ? -1 : 0);
         CHECK_EQ(rc, R == 1 ? -EINVAL : -LOCKSTEP_EPEERINVAL);
     }
     check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0); /* the communicator goes on */

@@ -42,6 +42,11 @@ each call does:
     NotImplementedError.
 
 CUDA tensors raise ValueError.
+A collective whose arguments this back end rejects on one rank (a CUDA tensor, sizes
+that do not fit, an op it cannot do) raises ValueError there and, at once,
+lockstep.PeerArgumentError on the others, whose call did nothing; the group goes on.
+(Not in a group over several hosts: the other hosts wait out the timeout. Nor for
+what torch itself checks before it reaches the back end.)
 torch.compile turns dist.* calls into torch's functional collectives
 (torch.distributed._functional_collectives), which run here too.
 
@@ -110,10 +115,15 @@ def _bytes(t):
     return t.reshape(-1).view(torch.uint8)
 
 
+def _not_cpu(t):
+    return (f"the lockstep back end takes CPU tensors; this one is on {t.device}: "
+            f"run it on a group of another back end (dist.new_group(backend=...))")
+
+
 def _cpu(t):
+    """t, a CPU tensor (point to point; collectives check with LockstepGroup._cpu)"""
     if not t.is_cpu:
-        raise ValueError(f"the lockstep back end takes CPU tensors; this one is on {t.device}: "
-                         f"run it on a group of another back end (dist.new_group(backend=...))")
+        raise ValueError(_not_cpu(t))
     return t
 
 
@@ -129,6 +139,26 @@ class LockstepGroup(dist.ProcessGroup):
 
     def getBackendName(self):
         return "lockstep"
+
+    # A collective's own argument checks, before its first transfer: a rank that fails
+    # one still takes its turn in that transfer's Comm call, refused, so that the other
+    # ranks' call ends at once (lockstep.PeerArgumentError) instead of at the deadline.
+    # Only where every rank's first Comm call of a collective is the same one (_Hosts:
+    # not so, its ranks skip or add Comm calls by host).
+    _refuses = True
+
+    def _invalid(self, msg):
+        """ValueError(msg), for this rank's arguments to a collective, found before its
+        first transfer (see _refuses)"""
+        if self._refuses:
+            self.comm._refused()
+        return ValueError(msg)
+
+    def _cpu(self, t):
+        """t, a CPU tensor: a collective's argument"""
+        if not t.is_cpu:
+            raise self._invalid(_not_cpu(t))
+        return t
 
     # The four transfers everything below is made of; _Hosts replaces them across hosts.
     def _allreduce(self, t, name):
@@ -163,13 +193,13 @@ class LockstepGroup(dist.ProcessGroup):
 
     def _reduce(self, t, op):
         """t = op over every rank's t, in place, the same bits on every rank"""
-        _cpu(t)
+        self._cpu(t)
         fold = _FOLDS.get(op)
         if fold is None:
-            raise ValueError(f"the lockstep back end cannot reduce with {dist.ReduceOp.RedOpType(op)}: it takes "
+            raise self._invalid(f"the lockstep back end cannot reduce with {dist.ReduceOp.RedOpType(op)}: it takes "
                              f"SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR and BXOR")
         if op == AVG and not t.is_floating_point():
-            raise ValueError(f"AVG needs a floating-point tensor, not {t.dtype}")
+            raise self._invalid(f"AVG needs a floating-point tensor, not {t.dtype}")
         work = t if t.is_contiguous() else t.contiguous()
         if t.dtype in _NATIVE_DTYPES and (op == AVG or op in _NATIVE_OPS):
             self._allreduce(work, _NATIVE_OPS.get(op, "sum"))
@@ -206,9 +236,9 @@ class LockstepGroup(dist.ProcessGroup):
 
     def _reduce_scatter_one(self, out, whole, op):
         """out = this rank's part of op over every rank's whole (size * out.numel() elements)"""
-        _cpu(out)
+        self._cpu(out)
         if whole.numel() != out.numel() * self._n or whole.dtype != out.dtype:
-            raise ValueError(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
+            raise self._invalid(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
                              f"elements, not {whole.numel()} {whole.dtype}")
         name = _NATIVE_OPS.get(op, "sum" if op == AVG else None)
         if (self._native_reduce_scatter and name and whole.dtype in _NATIVE_DTYPES and
@@ -247,7 +277,7 @@ class LockstepGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         for t in tensors:
-            work = _cpu(t) if t.is_contiguous() else t.contiguous()
+            work = self._cpu(t) if t.is_contiguous() else t.contiguous()
             self._broadcast(work, opts.rootRank)
             if work is not t:
                 t.copy_(work)
@@ -255,12 +285,12 @@ class LockstepGroup(dist.ProcessGroup):
 
     def _gather(self, inp):
         """every rank's inp, as a (size, *inp.shape) tensor"""
-        return self._allgather(_cpu(inp).contiguous())
+        return self._allgather(self._cpu(inp).contiguous())
 
     def allgather(self, output_lists, inputs, opts=None):
         for outs, inp in zip(output_lists, inputs):
             if len(outs) != self._n:
-                raise ValueError(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
+                raise self._invalid(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
             k = inp.numel()
             if any(out.numel() != k for out in outs):
                 self._gather_uneven(outs, inp)
@@ -274,7 +304,7 @@ class LockstepGroup(dist.ProcessGroup):
         """all_gather into outputs of different sizes (output r: rank r's input, as NCCL
         allows): the sizes first, so that every rank raises the same ValueError when the
         ranks disagree (and the group stays usable), then blocks padded to the largest"""
-        inp = _cpu(inp).contiguous()
+        inp = self._cpu(inp).contiguous()
         sizes = torch.tensor([inp.numel()] + [out.numel() for out in outs], dtype=torch.int64)
         every = self._allgather(sizes)  # (n, n + 1): each rank's input size and output sizes
         outs_sizes = every[:, 1:]
@@ -292,12 +322,12 @@ class LockstepGroup(dist.ProcessGroup):
     allgather_coalesced = allgather
 
     def _gather_into(self, output, inp):
-        _cpu(output)
+        self._cpu(output)
         if output.numel() != inp.numel() * self._n or output.dtype != inp.dtype:
-            raise ValueError(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
+            raise self._invalid(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
                              f"{inp.dtype} elements, not {output.numel()} {output.dtype}")
         if output.is_contiguous():
-            self._allgather(_cpu(inp).contiguous(), output)
+            self._allgather(self._cpu(inp).contiguous(), output)
         else:
             output.copy_(self._gather(inp).view(output.shape))
 
@@ -326,11 +356,11 @@ class LockstepGroup(dist.ProcessGroup):
     def scatter(self, outputs, input_lists, opts):
         root = self._me == opts.rootRank
         for k, out in enumerate(outputs):
-            _cpu(out)
+            self._cpu(out)
             if root:
                 parts = input_lists[k]
                 if len(parts) != self._n:
-                    raise ValueError(f"scatter needs a list of {self._n} tensors on the root, not {len(parts)}")
+                    raise self._invalid(f"scatter needs a list of {self._n} tensors on the root, not {len(parts)}")
                 whole = torch.stack([p.reshape(out.shape) for p in parts])
             else:
                 whole = torch.empty((self._n,) + tuple(out.shape), dtype=out.dtype)
@@ -369,12 +399,12 @@ class LockstepGroup(dist.ProcessGroup):
             t.copy_(recv[k, :t.numel()])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        _cpu(output)
-        _cpu(input)
+        self._cpu(output)
+        self._cpu(input)
         n = self._n
         if not output_split_sizes and not input_split_sizes:  # equal blocks: one call
             if input.numel() % n or output.numel() != input.numel() or output.dtype != input.dtype:
-                raise ValueError(f"all_to_all_single without split sizes needs an input of {n} equal blocks and "
+                raise self._invalid(f"all_to_all_single without split sizes needs an input of {n} equal blocks and "
                                  f"an output like it; got {tuple(input.shape)} {input.dtype} and "
                                  f"{tuple(output.shape)} {output.dtype}")
             src = input if input.is_contiguous() else input.contiguous()
@@ -388,7 +418,7 @@ class LockstepGroup(dist.ProcessGroup):
             rows = t.shape[0] if t.dim() else 1
             splits = list(splits) or [rows // n] * n
             if len(splits) != n or sum(splits) != rows:
-                raise ValueError(f"all_to_all_single: split sizes {splits} must be {n} numbers that add up to "
+                raise self._invalid(f"all_to_all_single: split sizes {splits} must be {n} numbers that add up to "
                                  f"dimension 0 ({rows})")
             return [_bytes(p.contiguous()) for p in torch.split(t, splits)]
 
@@ -403,9 +433,10 @@ class LockstepGroup(dist.ProcessGroup):
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != self._n or len(input_tensors) != self._n:
-            raise ValueError(f"all_to_all takes {self._n} input and {self._n} output tensors")
-        works = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype) for o in map(_cpu, output_tensors)]
-        ins = [_bytes(_cpu(t).contiguous()) for t in input_tensors]
+            raise self._invalid(f"all_to_all takes {self._n} input and {self._n} output tensors")
+        works = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype)
+                 for o in map(self._cpu, output_tensors)]
+        ins = [_bytes(self._cpu(t).contiguous()) for t in input_tensors]
         self._alltoall_blocks(ins, [_bytes(w) for w in works])
         for o, w in zip(output_tensors, works):
             if w is not o:
@@ -464,6 +495,7 @@ class _Hosts(LockstepGroup):
         self._gloo = gloo  # the leaders' group, None on the other ranks
 
     _native_reduce_scatter = False
+    _refuses = False  # see LockstepGroup._refuses
 
     # all-to-all: every rank's blocks go straight to their ranks through the gloo group
     # made for point to point, which spans every rank (no leaders' step would save a copy)

@@ -295,6 +295,39 @@ def test_subgroups_errors_and_the_comm(tmp_path):
     assert not segments()
 
 
+def test_bad_arguments_on_one_rank_end_the_collective_on_every_rank(tmp_path):
+    """rank 1's arguments are wrong (the back end's own checks), the others' right: rank 1
+    raises ValueError, the others PeerArgumentError at once (the group's timeout, 120 s,
+    is past the watchdog's 60), and the group goes on"""
+    def fn(rank, size):
+        import lockstep
+        bad = rank == 1
+        meta = torch.empty(2, device="meta")
+        calls = [  # (rank 1's call, the others')
+            (lambda: dist.all_reduce(meta), lambda: dist.all_reduce(torch.ones(2))),
+            (lambda: dist.all_gather_into_tensor(torch.empty(5), torch.ones(2)),
+             lambda: dist.all_gather_into_tensor(torch.empty(2 * size), torch.ones(2))),
+            (lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size), [1] * size, [size]),
+             lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size))),
+            (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG),
+             lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32))),
+        ]
+        for mine, theirs in calls:
+            with pytest.raises(ValueError if bad else lockstep.PeerArgumentError):
+                (mine if bad else theirs)()
+        # the root's list is wrong: only the root can tell
+        parts = [torch.ones(2)] * (size - 1) if rank == 0 else None
+        with pytest.raises(ValueError if rank == 0 else lockstep.PeerArgumentError):
+            dist.scatter(torch.empty(2), parts, src=0)
+        t = torch.tensor([rank], dtype=torch.int32)
+        dist.all_reduce(t)
+        assert t.item() == size * (size - 1) // 2
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path, timeout=120), 3, timeout=60) == {0: True, 1: True, 2: True}
+    assert not segments()
+
+
 def all_to_all_body(rank, size):
     """every form of all-to-all: equal blocks, uneven splits, the list form, a large
     message, split sizes the ranks disagree on"""

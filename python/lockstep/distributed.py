@@ -197,7 +197,7 @@ class LockstepGroup(dist.ProcessGroup):
         fold = _FOLDS.get(op)
         if fold is None:
             raise self._invalid(f"the lockstep back end cannot reduce with {dist.ReduceOp.RedOpType(op)}: it takes "
-                             f"SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR and BXOR")
+                                f"SUM, AVG, MAX, MIN, PRODUCT, BAND, BOR and BXOR")
         if op == AVG and not t.is_floating_point():
             raise self._invalid(f"AVG needs a floating-point tensor, not {t.dtype}")
         work = t if t.is_contiguous() else t.contiguous()
@@ -239,7 +239,7 @@ class LockstepGroup(dist.ProcessGroup):
         self._cpu(out)
         if whole.numel() != out.numel() * self._n or whole.dtype != out.dtype:
             raise self._invalid(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
-                             f"elements, not {whole.numel()} {whole.dtype}")
+                                f"elements, not {whole.numel()} {whole.dtype}")
         name = _NATIVE_OPS.get(op, "sum" if op == AVG else None)
         if (self._native_reduce_scatter and name and whole.dtype in _NATIVE_DTYPES and
                 (op != AVG or whole.is_floating_point())):
@@ -325,7 +325,7 @@ class LockstepGroup(dist.ProcessGroup):
         self._cpu(output)
         if output.numel() != inp.numel() * self._n or output.dtype != inp.dtype:
             raise self._invalid(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
-                             f"{inp.dtype} elements, not {output.numel()} {output.dtype}")
+                                f"{inp.dtype} elements, not {output.numel()} {output.dtype}")
         if output.is_contiguous():
             self._allgather(self._cpu(inp).contiguous(), output)
         else:
@@ -405,8 +405,8 @@ class LockstepGroup(dist.ProcessGroup):
         if not output_split_sizes and not input_split_sizes:  # equal blocks: one call
             if input.numel() % n or output.numel() != input.numel() or output.dtype != input.dtype:
                 raise self._invalid(f"all_to_all_single without split sizes needs an input of {n} equal blocks and "
-                                 f"an output like it; got {tuple(input.shape)} {input.dtype} and "
-                                 f"{tuple(output.shape)} {output.dtype}")
+                                    f"an output like it; got {tuple(input.shape)} {input.dtype} and "
+                                    f"{tuple(output.shape)} {output.dtype}")
             src = input if input.is_contiguous() else input.contiguous()
             dst = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
             self._alltoall_equal(_bytes(src), _bytes(dst))
@@ -419,7 +419,7 @@ class LockstepGroup(dist.ProcessGroup):
             splits = list(splits) or [rows // n] * n
             if len(splits) != n or sum(splits) != rows:
                 raise self._invalid(f"all_to_all_single: split sizes {splits} must be {n} numbers that add up to "
-                                 f"dimension 0 ({rows})")
+                                    f"dimension 0 ({rows})")
             return [_bytes(p.contiguous()) for p in torch.split(t, splits)]
 
         ins = blocks(input, input_split_sizes)

@@ -235,15 +235,23 @@ static int refuse(CommObject *self)
  * replaces it); returns NULL */
 static PyObject *refused(CommObject *self)
 {
+#if PY_VERSION_HEX >= 0x030C0000 /* PyErr_Fetch is deprecated from 3.12 */
+    PyObject *exc = PyErr_GetRaisedException();
+    if (refuse(self) != 0)
+        Py_XDECREF(exc);
+    else
+        PyErr_SetRaisedException(exc);
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (refuse(self) != 0) {
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);
-        return NULL;
+    } else {
+        PyErr_Restore(type, value, tb);
     }
-    PyErr_Restore(type, value, tb);
+#endif
     return NULL;
 }
 

@@ -226,6 +226,8 @@ ODD_SCALES = [
 
 @pytest.mark.parametrize("type_name,block,patch", ODD_SCALES, ids=[t[0] for t in ODD_SCALES])
 def test_check_block_scales_of_packed_types(tmp_path, type_name, block, patch):
+    if type_name not in gguf.GGMLQuantizationType.__members__:  # the gguf package writes the files
+        pytest.skip(f"this gguf package has no {type_name} (newer ones, for Python 3.10+, have it)")
     qt = gguf.GGMLQuantizationType[type_name]
     blocks = np.full((2, block), 0x11, dtype=np.uint8)  # finite scales, arbitrary codes
     for at in patch:  # first block: the same field, finite

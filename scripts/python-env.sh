@@ -3,14 +3,16 @@
 # lockstep package installed from this checkout by pip (scikit-build-core over the same
 # CMake build). `scripts/python-env.sh torch` also installs torch==2.13.0 (the CPU build
 # kept on these machines; any other version pulls gigabytes of CUDA packages).
+# PYTHON picks the interpreter (python3), LOCKSTEP_VENV the directory (build/venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-[ -x build/venv/bin/python ] || "$py" -m venv --system-site-packages build/venv
-vpy=build/venv/bin/python
+venv=${LOCKSTEP_VENV:-build/venv}
+[ -x "$venv/bin/python" ] || "$py" -m venv --system-site-packages "$venv"
+vpy=$venv/bin/python
 "$vpy" -c "import scikit_build_core, numpy, pytest, gguf, safetensors" 2>/dev/null || \
   "$vpy" -m pip install -q scikit-build-core numpy pytest gguf safetensors
-log=build/venv/pip.log
+log=$venv/pip.log
 if ! "$vpy" -m pip install -q --no-build-isolation . >"$log" 2>&1; then
   cat "$log" >&2
   echo "python-env: pip install . failed (log above)" >&2

@@ -35,9 +35,24 @@ if [ -z "${LOCKSTEP_SKIP_PYTHON:-}" ]; then
   if ! scripts/python-env.sh torch || ! (cd tests/python && ../../build/venv/bin/python -m pytest -q -p no:cacheprovider); then
     failed+=(python)
   fi
+  # Again with the oldest CPython pyproject.toml admits, without torch, when the machine
+  # has one (pyenv's, or on PATH): the package once installed on 3.9 and then failed
+  # at import (Py_NewRef). About a minute.
+  oldest=$(sed -n 's/^requires-python = ">=\([0-9.]*\)"$/\1/p' pyproject.toml)
+  old_py=$(PYENV_VERSION=$oldest pyenv which "python$oldest" 2>/dev/null || command -v "python$oldest" || true)
+  if [ -n "$oldest" ] && [ -n "$old_py" ] && "$old_py" -c "" 2>/dev/null; then
+    echo "=== python $oldest ===" >&2
+    if ! PYTHON=$old_py LOCKSTEP_VENV=build/venv$oldest scripts/python-env.sh ||
+       ! (cd tests/python && "../../build/venv$oldest/bin/python" -m pytest -q -p no:cacheprovider); then
+      failed+=("python$oldest")
+    fi
+  else
+    echo "python: no Python ${oldest:-?} on this machine: the oldest supported Python is not tested" >&2
+    oldest=""
+  fi
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED in: ${failed[*]}" >&2
   exit 1
 fi
-echo "all passed: ${presets[*]} fuzz${LOCKSTEP_SKIP_PYTHON:+ (python skipped)}${LOCKSTEP_SKIP_PYTHON:- python}"
+echo "all passed: ${presets[*]} fuzz${LOCKSTEP_SKIP_PYTHON:+ (python skipped)}${LOCKSTEP_SKIP_PYTHON:- python}${oldest:+ python$oldest}"

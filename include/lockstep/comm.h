@@ -9,14 +9,15 @@
  * root) before touching peers' data and checks every peer's announcement; if any
  * disagree the call fails on every rank with -LOCKSTEP_EMISMATCH, never with mixed-up
  * data. (Eager broadcasts, params.broadcast_eager_bytes, trade part of this for speed:
- * their root does not wait, and learns of a disagreement in a later call.) Every wait has a deadline (params.timeout_ms) and, between short slices,
- * checks that peers are alive: a rank that died makes the call fail on the others with
- * -LOCKSTEP_EPEERDIED, a rank that is late past the deadline with -ETIMEDOUT, a wait
- * abandoned through params.cancel (Ctrl-C, say) with -ECANCELED. A rank that exits
- * once it has done its part of the call (an eager root, the last rank to reach a
- * barrier) is no failure: a wait counts what it noticed only if it has not ended. After any
- * such failure the communicator is broken on every rank (later calls return the same
- * error); free it and create a new one.
+ * their root does not wait, and learns of a disagreement in a later call.) Every wait
+ * has a deadline (params.timeout_ms) and, between short slices, checks that peers are
+ * alive: a rank that died makes the call fail on the others with -LOCKSTEP_EPEERDIED,
+ * a rank that is late past the deadline with -ETIMEDOUT, a wait abandoned through
+ * params.cancel (Ctrl-C, say) with -ECANCELED. A rank that exits once it has done its
+ * part of the call (an eager root, the last rank to reach a barrier) is no failure: a
+ * wait counts what it noticed only if it has not ended. After any such failure the
+ * communicator is broken on every rank (later calls return the same error); free it
+ * and create a new one.
  *
  * Invalid arguments: a collective that finds its own arguments invalid (-EINVAL) on a
  * communicator of several ranks still takes its turn, as a refused call: it waits

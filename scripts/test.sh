@@ -46,8 +46,10 @@ if [ -z "${LOCKSTEP_SKIP_PYTHON:-}" ]; then
        ! (cd tests/python && "../../build/venv$oldest/bin/python" -m pytest -q -p no:cacheprovider); then
       failed+=("python$oldest")
     fi
+  elif [ -z "$oldest" ]; then
+    echo "python: no requires-python = \">=X.Y\" line in pyproject.toml: the oldest supported Python is not tested" >&2
   else
-    echo "python: no Python ${oldest:-?} on this machine: the oldest supported Python is not tested" >&2
+    echo "python: no Python $oldest on this machine: the oldest supported Python is not tested" >&2
     oldest=""
   fi
 fi

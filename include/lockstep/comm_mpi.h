@@ -49,8 +49,13 @@
  * one rank (-EINVAL there) end the call on its node at once, with
  * -LOCKSTEP_EPEERINVAL on the others (comm.h: "Invalid arguments"); with one node the
  * communicator goes on, with more it is broken on that node and the other nodes' ranks
- * wait out their deadline. Ranks that all pass the same invalid arguments all get
- * -EINVAL, and the communicator goes on.
+ * wait out their deadline; with params.check_calls they fail at once instead, with
+ * -LOCKSTEP_EPEERINVAL (their buffers then hold what a failed call leaves: recv
+ * possibly their node's part of the result), and the communicator is broken on every
+ * node. That is so except in an all-to-all when the rank with invalid arguments is
+ * not its node's leader (there the leaders compare calls before the node's first
+ * step). Ranks that all pass the same invalid arguments all get -EINVAL, and the
+ * communicator goes on.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */
@@ -89,8 +94,10 @@ typedef struct lockstep_mpi_params {
                                     dtype, root, count) in one small MPI allreduce,
                                     so calls that differ between nodes fail with
                                     -LOCKSTEP_EMISMATCH on every rank instead of
-                                    being undefined in MPI. 0 (default): compared
-                                    inside each node only */
+                                    being undefined in MPI, and a call one node
+                                    refused (invalid arguments) fails the others
+                                    at once. 0 (default): compared inside each
+                                    node only */
     int consecutive;             /* with ranks_per_node: nonzero, each group takes
                                     consecutive ranks (0 to n-1, n to 2n-1, ...), as
                                     a by-slot or by-core mapping places them, so

@@ -116,28 +116,6 @@ static int fail(lockstep_mpi_comm_t *c, int rc)
     return rc;
 }
 
-/* A call whose arguments are invalid on this rank (found here, before the node's
- * call): -EINVAL, and its turn in the node's call taken anyway, refused, so that the
- * ranks of this node end theirs at once (comm.h: "Invalid arguments"). With more
- * nodes, theirs then wait out their deadline, as for any call a node fails. */
-static int refused(lockstep_mpi_comm_t *c)
-{
-    if (!c->broken)
-        (void)lockstep_comm_refuse(c->node);
-    return -EINVAL;
-}
-
-/* After the node's part of a call: 1 when the call ends there (it failed, or there is
- * only one node), with *rc its result; 0 when the leaders' MPI step follows. */
-static int ends_in_node(lockstep_mpi_comm_t *c, int *rc)
-{
-    if (*rc) {
-        *rc = fail(c, *rc);
-        return 1;
-    }
-    return c->nodes == 1;
-}
-
 /* The leader's outcome of its MPI step, to the whole node; the node's common result. */
 static int share_outcome(lockstep_mpi_comm_t *c, int rc)
 {
@@ -146,30 +124,86 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
     return fail(c, brc ? brc : v);
 }
 
-/* params.check_calls, on a leader: 0 when every leader names the same call, else
- * -LOCKSTEP_EMISMATCH. One MPI_MAX allreduce of each field and of its negation gives
- * every field's largest and smallest value at once. */
+/* params.check_calls: the leaders compare their calls. fields: which call, op, dtype,
+ * root, count, and 1 from a leader whose node's call was void (invalid arguments on
+ * one of its ranks), else 0. Returns 0 when every leader names the same call, none
+ * void; -LOCKSTEP_EMISMATCH when they differ; -LOCKSTEP_EPEERINVAL when some node's
+ * call was void and some not; 1 when every node's was void; or an error of mpi_wait.
+ * One MPI_MAX allreduce of each field and of its negation gives every field's largest
+ * and smallest value at once. */
 enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
-enum { AGREE_FIELDS = 5, AGREE_WORDS = 4 * AGREE_FIELDS };
+enum { AGREE_FIELDS = 6, AGREE_WORDS = 4 * AGREE_FIELDS, AGREE_VOID = AGREE_FIELDS - 1 };
 
-static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, int root, size_t count)
+static int agree(lockstep_mpi_comm_t *c, const int64_t fields[AGREE_FIELDS])
 {
-    if (!c->check_calls)
-        return 0;
     enum { F = AGREE_FIELDS };
     /* in c->agree, not on the stack: see lockstep_mpi_allreduce */
     int64_t *v = c->agree, *got = c->agree + 2 * F;
-    int64_t fields[F] = {call, op, dtype, root, (int64_t)count};
     for (int k = 0; k < F; k++) {
         v[k] = fields[k];
         v[F + k] = -fields[k];
     }
     MPI_Request req;
     int rc = mpi_wait(c, &req, MPI_Iallreduce(v, got, 2 * F, MPI_INT64_T, MPI_MAX, c->leaders, &req));
-    for (int k = 0; k < F && !rc; k++)
+    if (rc)
+        return rc;
+    if (got[AGREE_VOID]) /* the largest: some node's call was void; the smallest: all were */
+        return -got[F + AGREE_VOID] ? 1 : -LOCKSTEP_EPEERINVAL;
+    for (int k = 0; k < F; k++)
         if (got[k] != -got[F + k])
-            rc = -LOCKSTEP_EMISMATCH;
-    return rc;
+            return -LOCKSTEP_EMISMATCH;
+    return 0;
+}
+
+static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, int root, size_t count)
+{
+    if (!c->check_calls)
+        return 0;
+    int64_t fields[AGREE_FIELDS] = {call, op, dtype, root, (int64_t)count, 0};
+    return agree(c, fields);
+}
+
+/* params.check_calls, on the leader of a node whose call was void: its turn in the
+ * leaders' agreement, marked void, so that the other nodes fail at once with
+ * -LOCKSTEP_EPEERINVAL instead of at their deadline. When every node's call was void
+ * the communicator goes on; else it is broken here too. */
+static void void_call(lockstep_mpi_comm_t *c)
+{
+    if (!c->check_calls || c->local != 0 || c->nodes == 1)
+        return;
+    int64_t fields[AGREE_FIELDS] = {0, 0, 0, 0, 0, 1};
+    int rc = agree(c, fields);
+    if (rc != 1 && !c->broken)
+        c->broken = rc;
+}
+
+/* A call whose arguments are invalid on this rank (found here, before the node's
+ * call): -EINVAL, and its turn in the node's call taken anyway, refused, so that the
+ * ranks of this node end theirs at once (comm.h: "Invalid arguments"). With more
+ * nodes, theirs then wait out their deadline, as for any call a node fails, unless
+ * params.check_calls lets the leaders tell them (void_call). */
+static int refused(lockstep_mpi_comm_t *c)
+{
+    if (!c->broken) {
+        (void)lockstep_comm_refuse(c->node);
+        void_call(c);
+    }
+    return -EINVAL;
+}
+
+/* After the node's part of a call: 1 when the call ends there (it failed, or there is
+ * only one node), with *rc its result; 0 when the leaders' MPI step follows. A call
+ * the node's ranks refused (-EINVAL on the rank with invalid arguments, found by the
+ * node's call, -LOCKSTEP_EPEERINVAL on the others) was void on the whole node. */
+static int ends_in_node(lockstep_mpi_comm_t *c, int *rc)
+{
+    if (*rc) {
+        if (*rc == -EINVAL || *rc == -LOCKSTEP_EPEERINVAL)
+            void_call(c);
+        *rc = fail(c, *rc);
+        return 1;
+    }
+    return c->nodes == 1;
 }
 
 /* Where rank r's block lies in the leaders' allgather result, which is in node order:

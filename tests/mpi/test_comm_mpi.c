@@ -355,6 +355,51 @@ int main(int argc, char **argv)
         CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
         lockstep_mpi_comm_free(c);
     }
+
+    /* check_calls and one rank's invalid arguments (rank 1: its node's leader in some
+     * layouts, not in others): the call ends on every node with -LOCKSTEP_EPEERINVAL
+     * (-EINVAL on rank 1), found by the node's call (the dtype, the op) or by this
+     * layer; without check_calls the other nodes would wait out the deadline and get
+     * -ETIMEDOUT. Every node's communicator is then broken (rank 1's too when it leads
+     * its node). The all-to-all only when rank 1 leads: there the leaders compare
+     * calls before the node's first step. Ranks that all pass the same invalid
+     * arguments get -EINVAL, and the communicator goes on. */
+    p.node.timeout_ms = 5000;
+    int lead1 = want_nodes > 1 && leader_of(node_of(1, want_nodes)) == 1;
+    for (int k = 0; k < 6 && want_nodes > 1; k++) {
+        if (k == 5 && !lead1)
+            continue;
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        int bad = R == 1, rc = 0;
+        float v[64] = {0};
+        switch (k) {
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, 10, bad ? (lockstep_dtype_t)9 : LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, bad ? NULL : v, v, 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 2: rc = lockstep_mpi_broadcast(c, v, 8, bad ? -1 : 0); break;
+        case 3: rc = lockstep_mpi_allgather(c, bad ? NULL : v + 48, v, 8); break;
+        case 4:
+            rc = lockstep_mpi_reduce_scatter(c, v, v + 8 * R, 1, LOCKSTEP_F32, bad ? (lockstep_op_t)3 : LOCKSTEP_SUM);
+            break;
+        case 5: rc = lockstep_mpi_alltoall(c, bad ? NULL : v, v + 32, 1); break;
+        }
+        if (rc != (bad ? -EINVAL : -LOCKSTEP_EPEERINVAL))
+            fprintf(stderr, "rank %d: one rank's invalid arguments, case %d: got %s\n", R, k, lockstep_strerror(rc));
+        CHECK_EQ(rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL);
+        if (!bad || lead1)
+            CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EPEERINVAL);
+        lockstep_mpi_comm_free(c);
+    }
+    if (want_nodes > 1) {
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+        CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
+        CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
+        check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
+        lockstep_mpi_comm_free(c);
+    }
+    p.node.timeout_ms = 30000;
     p.check_calls = 0;
 
     /* A node's leader that never comes: the leader of node 1 (its lowest rank) skips

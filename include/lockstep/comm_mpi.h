@@ -52,7 +52,9 @@
  * wait out their deadline; with params.check_calls they fail at once instead, with
  * -LOCKSTEP_EPEERINVAL (their buffers then hold what a failed call leaves: recv
  * possibly their node's part of the result), and the communicator is broken on every
- * node. That is so except in an all-to-all when the rank with invalid arguments is
+ * rank except the one with invalid arguments when it does not lead its node (it
+ * cannot know whether every other rank refused too; free the communicator there as
+ * well). That is so except in an all-to-all when the rank with invalid arguments is
  * not its node's leader (there the leaders compare calls before the node's first
  * step). Ranks that all pass the same invalid arguments all get -EINVAL, and the
  * communicator goes on.

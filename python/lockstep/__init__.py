@@ -226,14 +226,25 @@ def _allreduce_other(c, buf, code):
 _lockstep._set_allreduce_other(_allreduce_other)
 
 
+def _tensor_bytes(t):
+    """A contiguous torch tensor's memory as a 1-D uint8 tensor (a view). torch calls a
+    tensor of one element, or of none, contiguous whatever its stride (x[:, 0] of a
+    one-row x), but will not view a stride other than 1 as bytes: such a tensor is
+    looked at through a stride of 1, which addresses the same element."""
+    import torch
+    flat = t.reshape(-1)
+    if flat.stride(0) != 1:
+        flat = flat.as_strided((flat.numel(),), (1,))
+    return flat.view(torch.uint8)
+
+
 def _bytes_view(buf):
     """A torch CPU tensor as a writable numpy byte view of the same memory (any dtype,
     bfloat16 included); anything else unchanged, for the buffer protocol."""
     if not _is_tensor(buf):
         return buf
-    import torch
     _check_tensor(buf)
-    return buf.reshape(-1).view(torch.uint8).numpy()
+    return _tensor_bytes(buf).numpy()
 
 
 _TIMEOUT_MAX_MS = 2**32 - 1  # the C layer's deadline is a uint32 count of ms: 49.7 days

@@ -70,7 +70,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from . import Comm
+from . import Comm, _tensor_bytes
 
 __all__ = ["LockstepGroup", "Options", "comm"]
 
@@ -110,9 +110,7 @@ def _done(result, opts):
     return _completed(result) if getattr(opts, "asyncOp", True) else None
 
 
-def _bytes(t):
-    """a contiguous tensor's memory as uint8 (gloo moves only some dtypes)"""
-    return t.reshape(-1).view(torch.uint8)
+_bytes = _tensor_bytes  # a contiguous tensor's memory as uint8 (gloo moves only some dtypes)
 
 
 def _not_cpu(t):

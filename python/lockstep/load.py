@@ -64,12 +64,3 @@ def load(path, names=None, mode="auto", check=False, readers=0, progress=None):
         tensors[name] = arr
     return dict(loaded.meta), tensors
 
-
-def load_stats(path, **kw):
-    """Load as `load` does and return only the loader's stats dict (format, bytes,
-    seconds, cpu_seconds, mode, direct_fallback, fallback_offset, resident)."""
-    names = kw.pop("names", None)
-    mode = kw.pop("mode", "auto")
-    loaded = _lockstep.load(os.fspath(path), names, _MODES[mode], bool(kw.pop("check", False)),
-                            kw.pop("readers", 0), kw.pop("progress", None))
-    return loaded.stats

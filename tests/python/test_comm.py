@@ -204,6 +204,11 @@ def reduce_scatter_body(rank, size, job):
             c.reduce_scatter(np.zeros(size * 2, np.float32), np.zeros(2, np.int32))
         with pytest.raises(TypeError, match="float64"):
             c.reduce_scatter(np.zeros(size * 2))
+        with pytest.raises(TypeError, match="reduce_scatter's send must be a numpy array or a torch CPU tensor, not list"):
+            c.reduce_scatter([1.0] * (size * 2))
+        with pytest.raises(TypeError, match="reduce_scatter's recv must be a numpy array or a torch CPU tensor, not "
+                                            "bytearray"):
+            c.reduce_scatter(np.zeros(size * 2, np.float32), bytearray(8))
         with pytest.raises(ValueError, match="C-contiguous"):
             c.reduce_scatter(np.zeros((size * 2, 2), np.float32)[:, 0])
         ro = np.zeros(2, np.float32)
@@ -882,6 +887,19 @@ def test_torch_tensors_including_bfloat16():
                 c.allreduce(torch.zeros(4, 4)[:, 0])
             with pytest.raises(TypeError, match="float64"):
                 c.allreduce(torch.zeros(4, dtype=torch.float64))
+            # one element (or none) at a stride other than 1, as x[:, 0] of a one-row x:
+            # contiguous to torch, and moved as such, in every dtype
+            for dt in (torch.bfloat16, torch.float64, torch.int64):
+                row = torch.full((1, 3), 10 * rank + 1, dtype=dt)
+                assert row[:, 1].is_contiguous() and row[:, 1].stride() == (3,)
+                c.broadcast(row[:, 1], root=1)
+                assert row.tolist() == [[10 * rank + 1, 11, 10 * rank + 1]], (dt, row)
+                assert c.allgather(row[:, 2]).flatten().tolist() == [10 * r + 1 for r in range(size)]
+                assert c.allgather(torch.zeros(0, 3, dtype=dt)[:, 1]).shape == (size, 0)
+            meta = torch.empty(size * 2, device="meta")  # on no device lockstep can read
+            for call in (c.allreduce, c.broadcast, c.allgather, c.reduce_scatter, c.alltoall):
+                with pytest.raises(ValueError, match="lockstep needs CPU tensors; this one is on meta .use .cpu"):
+                    call(meta)
             b = torch.full((9,), 5 if rank == 0 else 0, dtype=torch.bfloat16)
             c.broadcast(b, root=0)
             assert (b == 5).all()

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -286,6 +287,26 @@ def test_subgroups_errors_and_the_comm(tmp_path):
         dist.all_reduce(t, op=R.MAX)
         assert t.item() == size - 1
 
+        # the group object itself: its name, the coalesced all_reduce (one call per
+        # tensor), what it does not do, and abort, which frees the group's Comm
+        world = dist.group.WORLD
+        assert isinstance(world, ld.LockstepGroup) and world.getBackendName() == "lockstep"
+        assert repr(world) == f"LockstepGroup(rank={rank}, size={size})"
+        a, b = torch.full((3,), float(rank)), torch.full((2,), float(rank + 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch will deprecate it
+            dist.all_reduce_coalesced([a, b], op=R.MAX)
+        assert a.tolist() == [size - 1.0] * 3 and b.tolist() == [float(size)] * 2
+        with pytest.raises(NotImplementedError, match="no monitored_barrier .use barrier."):
+            world.monitored_barrier()
+        spare = dist.new_group()
+        spare_comm = ld.comm(spare)
+        dist.distributed_c10d._abort_process_group(spare)
+        assert spare_comm.closed
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the default group goes on
+        assert t.item() == size
+
         # ranks that disagree fail on every rank, with lockstep's error
         with pytest.raises(lockstep.MismatchError):
             dist.all_reduce(torch.ones(4 if rank == 0 else 5))
@@ -314,6 +335,19 @@ def test_bad_arguments_on_one_rank_end_the_collective_on_every_rank(tmp_path):
         ]
         for mine, theirs in calls:
             with pytest.raises(ValueError if bad else lockstep.PeerArgumentError):
+                (mine if bad else theirs)()
+        sizes = [  # (rank 1's call, the others'): shapes only the back end checks
+            (lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * size + 1)),
+             lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * size))),
+            (lambda: dist.all_to_all_single(torch.empty(size + 1), torch.ones(size + 1)),
+             lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size))),
+            (lambda: dist.all_to_all([torch.empty(1)] * (size - 1), [torch.ones(1)] * (size - 1)),
+             lambda: dist.all_to_all([torch.empty(1) for _ in range(size)], [torch.ones(1)] * size)),
+        ]
+        for (mine, theirs), msg in zip(sizes, ("reduce_scatter needs an input of %d x 2" % size,
+                                               "without split sizes needs an input of %d equal blocks" % size,
+                                               "all_to_all takes %d input and %d output tensors" % (size, size))):
+            with pytest.raises(ValueError, match=msg) if bad else pytest.raises(lockstep.PeerArgumentError):
                 (mine if bad else theirs)()
         # the root's list is wrong: only the root can tell
         parts = [torch.ones(2)] * (size - 1) if rank == 0 else None
@@ -348,12 +382,20 @@ def all_to_all_body(rank, size):
     inp = torch.cat([torch.full((n, 3), float(10 * rank + k)) for k, n in enumerate(in_splits)])
     out = torch.empty(sum(out_splits), 3)
     dist.all_to_all_single(out, inp, out_splits, in_splits)
-    assert torch.equal(out, torch.cat([torch.full((n, 3), float(10 * k + rank)) for k, n in enumerate(out_splits)]))
+    want = torch.cat([torch.full((n, 3), float(10 * k + rank)) for k, n in enumerate(out_splits)])
+    assert torch.equal(out, want)
+    strided = torch.zeros(3, sum(out_splits)).t()  # not contiguous: received into a copy
+    dist.all_to_all_single(strided, inp, out_splits, in_splits)
+    assert not strided.is_contiguous() and torch.equal(strided, want)
     # the list form, blocks of different sizes, 1 MiB blocks (chunked)
     ins = [torch.full((k + 1,), rank * 10 + k, dtype=torch.int64) for k in range(size)]
     outs = [torch.empty(rank + 1, dtype=torch.int64) for _ in range(size)]
     dist.all_to_all(outs, ins)
     assert all(torch.equal(outs[k], torch.full((rank + 1,), k * 10 + rank)) for k in range(size))
+    bases = [torch.zeros(rank + 1, 2, dtype=torch.int64) for _ in range(size)]
+    dist.all_to_all([b[:, 1] for b in bases], ins)  # strided outputs, written through copies
+    assert all(torch.equal(bases[k][:, 1], torch.full((rank + 1,), k * 10 + rank)) and not bases[k][:, 0].any()
+               for k in range(size))
     big = torch.arange(size * (1 << 18), dtype=torch.int32) + (rank << 24)
     got = torch.empty_like(big)
     dist.all_to_all_single(got, big)

@@ -156,12 +156,12 @@ def _torch_code(t, what="allreduce"):
 
 def _new_like(send, lead, what):
     """A new array for what a call receives: shape lead + send's shape and send's dtype
-    for a torch tensor or numpy array; for any other buffer, uint8 of shape
-    lead + (its byte length,)."""
+    for a torch tensor or numpy array (or numpy scalar, shape ()); for any other
+    buffer, uint8 of shape lead + (its byte length,)."""
     if _is_tensor(send):
         import torch
         return torch.empty(lead + tuple(send.shape), dtype=send.dtype)
-    if isinstance(send, _np.ndarray):
+    if isinstance(send, (_np.ndarray, _np.generic)):
         return _np.empty(lead + send.shape, send.dtype)
     try:
         nbytes = memoryview(send).nbytes
@@ -366,8 +366,9 @@ class Comm:
     def allgather(self, send, recv=None, order="linear", xfer="pull"):
         """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank;
         returns recv. Without recv, a new one: for a numpy array or torch tensor of
-        shape S, one of shape (size, *S) and the same dtype (block r is rank r's);
-        for any other buffer, a numpy uint8 array of shape (size, nbytes)."""
+        shape S (a numpy scalar: S = ()), one of shape (size, *S) and the same dtype
+        (block r is rank r's); for any other buffer, a numpy uint8 array of shape
+        (size, nbytes)."""
         try:
             if recv is None:
                 recv = _new_like(send, (self.size,), "allgather")

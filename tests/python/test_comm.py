@@ -127,6 +127,8 @@ def gather_body(rank, size, job):
         got = c.allgather(send)
         assert got.shape == (size, 2, 3) and got.dtype == np.float64
         assert all((got[r] == np.arange(6).reshape(2, 3) * (r + 1)).all() for r in range(size))
+        got = c.allgather(np.float32(rank + 0.5))  # a numpy scalar: as a 0-d array
+        assert got.dtype == np.float32 and got.tolist() == [r + 0.5 for r in range(size)]
         got = c.allgather(bytes([rank, 9]))  # any other buffer: bytes, (size, nbytes)
         assert got.dtype == np.uint8 and got.tolist() == [[r, 9] for r in range(size)]
         with pytest.raises(TypeError, match="allgather needs a buffer"):

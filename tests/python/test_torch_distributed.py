@@ -3,6 +3,7 @@ against a reference computed here, the same bits on every rank, subgroups, group
 several (emulated) hosts, errors, launchers."""
 import datetime
 import hashlib
+import math
 import os
 import subprocess
 import sys
@@ -576,4 +577,85 @@ def test_options_set_up_the_comm(tmp_path):
         return True
 
     assert run_ranks(body, 2) == {0: True, 1: True}
+    assert not segments()
+
+
+def random_calls_body(rank, size, seed=5, calls=120):
+    """Random collectives (op, dtype, shape, root, reduction) on this back end, on
+    contiguous, transposed and strided tensors, and the same calls on contiguous
+    tensors in a gloo group: the results must be equal. (gloo itself mishandles
+    non-contiguous tensors, so it only ever gets contiguous ones.)"""
+    import random
+    rng = random.Random(seed)  # the same on every rank: the same calls
+    R = dist.ReduceOp
+    gloo = dist.new_group(backend="gloo")
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.float64, torch.int64,
+              torch.uint8, torch.int8]
+
+    def make(dt, shape, r, layout):
+        x = ((torch.arange(math.prod(shape)) * (r + 1) + r) % 5).reshape(shape).to(dt)
+        if layout == "transposed" and len(shape) >= 2:
+            return x.transpose(0, 1).contiguous().transpose(0, 1)
+        if layout == "strided":
+            wide = torch.zeros(shape + (2,), dtype=dt)
+            wide[..., 1] = x
+            return wide[..., 1]
+        return x
+
+    def run(op, dt, shape, layout, red, root, group):
+        x = make(dt, shape, rank, layout)
+        if op == "all_reduce":
+            dist.all_reduce(x, op=red, group=group)
+            return x
+        if op == "broadcast":
+            dist.broadcast(x, src=root, group=group)
+            return x
+        if op == "all_gather":
+            outs = [make(dt, shape, 9, layout) for _ in range(size)]
+            dist.all_gather(outs, x, group=group)
+            return torch.stack(outs)
+        if op == "all_gather_into_tensor":
+            out = torch.zeros((size * shape[0],) + shape[1:], dtype=dt)
+            dist.all_gather_into_tensor(out, x, group=group)
+            return out
+        if op == "all_to_all_single":
+            out = make(dt, shape, 9, layout)
+            dist.all_to_all_single(out, x, group=group)
+            return out
+        if op == "all_to_all":
+            outs = [make(dt, shape, 9, layout) for _ in range(size)]
+            dist.all_to_all(outs, [make(dt, shape, rank * 10 + k, layout) for k in range(size)], group=group)
+            return torch.stack(outs)
+        if op == "gather":
+            outs = [make(dt, shape, 9, layout) for _ in range(size)] if rank == root else None
+            dist.gather(x, outs, dst=root, group=group)
+            return torch.stack(outs) if outs else x
+        if op == "scatter":
+            ins = [make(dt, shape, 10 + k, layout) for k in range(size)] if rank == root else None
+            dist.scatter(x, ins, src=root, group=group)
+            return x
+        out = make(dt, shape, 9, layout)  # reduce_scatter_tensor
+        dist.reduce_scatter_tensor(out, torch.cat([make(dt, shape, rank + k, "") for k in range(size)]), op=red,
+                                   group=group)
+        return out
+
+    ops = ["all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_to_all_single", "all_to_all",
+           "gather", "scatter", "reduce_scatter_tensor"]
+    differ = []
+    for i in range(calls):
+        op, dt = rng.choice(ops), rng.choice(dtypes)
+        shape = tuple(rng.choice([1, 2, 3, size, 2 * size]) for _ in range(rng.randint(1, 3)))
+        layout, root = rng.choice(["", "transposed", "strided"]), rng.randrange(size)
+        red = rng.choice([R.SUM, R.MAX, R.MIN] + ([R.PRODUCT] if dt not in (torch.float16, torch.bfloat16) else []))
+        if op == "all_to_all_single" and shape[0] % size or op == "reduce_scatter_tensor" and dt == torch.int8:
+            continue  # unequal blocks need split sizes; gloo has no int8 reduce_scatter
+        got = run(op, dt, shape, layout, red, root, None)
+        want = run(op, dt, shape, "", red, root, gloo)
+        if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+            differ.append((i, op, dt, shape, layout, red))
+    return differ
+
+
+def test_random_calls_agree_with_gloo(tmp_path):
+    assert run_ranks(in_group(random_calls_body, tmp_path), 3) == {0: [], 1: [], 2: []}
     assert not segments()

@@ -238,13 +238,27 @@ def _tensor_bytes(t):
     return flat.view(torch.uint8)
 
 
-def _bytes_view(buf):
-    """A torch CPU tensor as a writable numpy byte view of the same memory (any dtype,
-    bfloat16 included); anything else unchanged, for the buffer protocol."""
-    if not _is_tensor(buf):
-        return buf
-    _check_tensor(buf)
-    return _tensor_bytes(buf).numpy()
+def _tensor_memory(t):
+    """(address, byte length) of a torch tensor, checked as lockstep can hand it to C:
+    the calls that move bytes take tensors this way (0.13 us against 1.75 for a byte
+    view)."""
+    _check_tensor(t)
+    return t.data_ptr(), t.nbytes
+
+
+def _send_recv_memory(send, recv):
+    """What C takes for send and recv: (send address, bytes, recv address, bytes) when
+    both are torch tensors, else (send, recv) as buffers, a torch tensor among them as
+    a writable numpy byte view of its memory; checked either way."""
+    ts, tr = _is_tensor(send), _is_tensor(recv)
+    if ts and tr:
+        return _tensor_memory(send) + _tensor_memory(recv)
+    return _tensor_view(send) if ts else send, _tensor_view(recv) if tr else recv
+
+
+def _tensor_view(t):
+    _check_tensor(t)
+    return _tensor_bytes(t).numpy()
 
 
 _TIMEOUT_MAX_MS = 2**32 - 1  # the C layer's deadline is a uint32 count of ms: 49.7 days
@@ -355,11 +369,15 @@ class Comm:
             root = _int_arg(root, "root", None)
             if not 0 <= root < self.size:
                 raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
-            args = (_bytes_view(buf), root, _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+            o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
+            memory = _tensor_memory(buf) if _is_tensor(buf) else None
         except (TypeError, ValueError):
             self._refused()
             raise
-        self._c.broadcast(*args)
+        if memory is None:
+            self._c.broadcast(buf, root, o, x)
+        else:
+            self._c.broadcast_ptr(memory[0], memory[1], root, o, x)
         _written(buf)
         return buf
 
@@ -372,11 +390,15 @@ class Comm:
         try:
             if recv is None:
                 recv = _new_like(send, (self.size,), "allgather")
-            args = (_bytes_view(send), _bytes_view(recv), _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer"))
+            o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
+            m = _send_recv_memory(send, recv)
         except (TypeError, ValueError):
             self._refused()
             raise
-        self._c.allgather(*args)
+        if len(m) == 2:
+            self._c.allgather(m[0], m[1], o, x)
+        else:
+            self._c.allgather_ptr(m[0], m[1], m[2], m[3], o, x)
         _written(recv)
         return recv
 
@@ -387,11 +409,14 @@ class Comm:
         try:
             if recv is None:
                 recv = _new_like(send, (), "alltoall")
-            args = (_bytes_view(send), _bytes_view(recv))
+            m = _send_recv_memory(send, recv)
         except (TypeError, ValueError):
             self._refused()
             raise
-        self._c.alltoall(*args)
+        if len(m) == 2:
+            self._c.alltoall(m[0], m[1])
+        else:
+            self._c.alltoall_ptr(m[0], m[1], m[2], m[3])
         _written(recv)
         return recv
 

@@ -898,6 +898,15 @@ def test_torch_tensors_including_bfloat16():
                 assert row.tolist() == [[10 * rank + 1, 11, 10 * rank + 1]], (dt, row)
                 assert c.allgather(row[:, 2]).flatten().tolist() == [10 * r + 1 for r in range(size)]
                 assert c.allgather(torch.zeros(0, 3, dtype=dt)[:, 1]).shape == (size, 0)
+            # tensors go to C by address, other buffers as such, and the two mix
+            mine = torch.full((2,), rank + 1, dtype=torch.int32)
+            into = np.zeros((size, 2), np.int32)
+            assert c.allgather(mine, into) is into and into.tolist() == [[r + 1] * 2 for r in range(size)]
+            back = torch.zeros(size, 2, dtype=torch.int32)
+            assert c.allgather(into[rank].copy(), back) is back and torch.equal(back, torch.tensor(into))
+            blocks = np.arange(size, dtype=np.int16) + 10 * rank  # block k to rank k
+            got = torch.zeros(size, dtype=torch.int16)
+            assert c.alltoall(blocks, got) is got and got.tolist() == [10 * k + rank for k in range(size)]
             meta = torch.empty(size * 2, device="meta")  # on no device lockstep can read
             for call in (c.allreduce, c.broadcast, c.allgather, c.reduce_scatter, c.alltoall):
                 with pytest.raises(ValueError, match="lockstep needs CPU tensors; this one is on meta .use .cpu"):
@@ -1228,3 +1237,30 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
         with pytest.raises(ValueError, match="register"):
             torch.ops.lockstep.all_reduce_(t, 12345, "sum")
         lt.unregister(h)
+
+
+def test_the_address_entry_points_check_their_arguments():
+    """Comm's broadcast, allgather and alltoall hand torch tensors to C as addresses and
+    byte lengths (_c.*_ptr, private): those check their arguments as the buffer ones do"""
+    with lockstep.Comm(f"ptr-{os.getpid()}", 0, 1) as c:
+        a = np.arange(4, dtype=np.int32)
+        b = np.zeros(4, np.int32)
+        p, q = a.ctypes.data, b.ctypes.data
+        c._c.broadcast_ptr(p, a.nbytes, 0, 0, 0)
+        c._c.allgather_ptr(p, a.nbytes, q, b.nbytes, 0, 0)
+        c._c.alltoall_ptr(p, a.nbytes, q, b.nbytes)
+        assert b.tolist() == [0, 1, 2, 3]
+        for call, args, exc, msg in (
+                (c._c.broadcast_ptr, (p, 16, 0, 0), TypeError, r"broadcast_ptr\(address, bytes, root, order, xfer\)"),
+                (c._c.broadcast_ptr, (p, -1, 0, 0, 0), ValueError, "byte lengths must be >= 0"),
+                (c._c.broadcast_ptr, (p, 16, 2**40, 0, 0), OverflowError, "must fit an int"),
+                (c._c.broadcast_ptr, ("x", 16, 0, 0, 0), TypeError, "int"),
+                (c._c.allgather_ptr, (p, 16, q, 12, 0, 0), ValueError, "size . len.send. = 16 bytes, not 12"),
+                (c._c.allgather_ptr, (p, 16, q), TypeError, "allgather_ptr"),
+                (c._c.alltoall_ptr, (p, 16, q, 8), ValueError, "as many bytes as send"),
+                (c._c.alltoall_ptr, (p, 16, p + 4, 16), ValueError, "must not overlap"),
+                (c._c.alltoall_ptr, (p, 16, q, 16.0), TypeError, "int")):
+            with pytest.raises(exc, match=msg):
+                call(*args)
+        c._c.broadcast_ptr(0, 0, 0, 0, 0)  # nothing to move: no address needed
+        assert c._c.allgather_ptr(p, 16, q, 16, 0, 0) is None  # still usable after the refusals

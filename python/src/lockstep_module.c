@@ -533,6 +533,10 @@ static PyObject *allgather_bytes(CommObject *self, lockstep_comm_t *c, const voi
                                  void *recv, Py_ssize_t rlen, int order, int xfer)
 {
     int size = lockstep_comm_size(c), rc;
+    if (slen > PY_SSIZE_T_MAX / size) {
+        PyErr_Format(PyExc_ValueError, "allgather's send (%zd bytes) times %d ranks is past any recv", slen, size);
+        return refused(self);
+    }
     if (rlen != slen * size) {
         PyErr_Format(PyExc_ValueError, "allgather's recv must hold size * len(send) = %zd bytes, not %zd",
                      slen * size, rlen);

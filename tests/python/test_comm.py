@@ -1241,26 +1241,34 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
 
 def test_the_address_entry_points_check_their_arguments():
     """Comm's broadcast, allgather and alltoall hand torch tensors to C as addresses and
-    byte lengths (_c.*_ptr, private): those check their arguments as the buffer ones do"""
-    with lockstep.Comm(f"ptr-{os.getpid()}", 0, 1) as c:
-        a = np.arange(4, dtype=np.int32)
-        b = np.zeros(4, np.int32)
-        p, q = a.ctypes.data, b.ctypes.data
-        c._c.broadcast_ptr(p, a.nbytes, 0, 0, 0)
-        c._c.allgather_ptr(p, a.nbytes, q, b.nbytes, 0, 0)
-        c._c.alltoall_ptr(p, a.nbytes, q, b.nbytes)
-        assert b.tolist() == [0, 1, 2, 3]
-        for call, args, exc, msg in (
-                (c._c.broadcast_ptr, (p, 16, 0, 0), TypeError, r"broadcast_ptr\(address, bytes, root, order, xfer\)"),
-                (c._c.broadcast_ptr, (p, -1, 0, 0, 0), ValueError, "byte lengths must be >= 0"),
-                (c._c.broadcast_ptr, (p, 16, 2**40, 0, 0), OverflowError, "must fit an int"),
-                (c._c.broadcast_ptr, ("x", 16, 0, 0, 0), TypeError, "int"),
-                (c._c.allgather_ptr, (p, 16, q, 12, 0, 0), ValueError, "size . len.send. = 16 bytes, not 12"),
-                (c._c.allgather_ptr, (p, 16, q), TypeError, "allgather_ptr"),
-                (c._c.alltoall_ptr, (p, 16, q, 8), ValueError, "as many bytes as send"),
-                (c._c.alltoall_ptr, (p, 16, p + 4, 16), ValueError, "must not overlap"),
-                (c._c.alltoall_ptr, (p, 16, q, 16.0), TypeError, "int")):
-            with pytest.raises(exc, match=msg):
-                call(*args)
-        c._c.broadcast_ptr(0, 0, 0, 0, 0)  # nothing to move: no address needed
-        assert c._c.allgather_ptr(p, 16, q, 16, 0, 0) is None  # still usable after the refusals
+    byte lengths (_c.*_ptr, private): those check their arguments as the buffer ones do
+    (every rank passes the same bad arguments here, so each refuses on its own)"""
+    def body(rank, size, job):
+        with lockstep.Comm(job, rank, size) as c:
+            a = np.arange(4, dtype=np.int32) + 4 * rank
+            b = np.zeros(4 * size, np.int32)
+            p, q = a.ctypes.data, b.ctypes.data
+            c._c.allgather_ptr(p, a.nbytes, q, b.nbytes, 0, 0)
+            assert b.tolist() == list(range(4 * size))
+            c._c.broadcast_ptr(p, a.nbytes, 1, 0, 0)
+            assert a.tolist() == [4, 5, 6, 7]
+            c._c.alltoall_ptr(q, 8 * size, q + 8 * size, 8 * size)  # b[:4] = 2 blocks of 2 ints, into b[4:8]
+            assert b[4:8].tolist() == [2 * rank, 2 * rank + 1] * 2
+            for call, args, exc, msg in (
+                    (c._c.broadcast_ptr, (p, 16, 0, 0), TypeError, r"broadcast_ptr\(address, bytes, root, order, xfer\)"),
+                    (c._c.broadcast_ptr, (p, -1, 0, 0, 0), ValueError, "byte lengths must be >= 0"),
+                    (c._c.broadcast_ptr, (p, 16, 2**40, 0, 0), OverflowError, "must fit an int"),
+                    (c._c.broadcast_ptr, ("x", 16, 0, 0, 0), TypeError, "int"),
+                    (c._c.allgather_ptr, (p, 16, q, 12, 0, 0), ValueError, "size . len.send. = 32 bytes, not 12"),
+                    (c._c.allgather_ptr, (p, 2**62, q, 16, 0, 0), ValueError, "times 2 ranks is past any recv"),
+                    (c._c.allgather_ptr, (p, 16, q), TypeError, "allgather_ptr"),
+                    (c._c.alltoall_ptr, (p, 16, q, 8), ValueError, "as many bytes as send"),
+                    (c._c.alltoall_ptr, (p, 16, p + 4, 16), ValueError, "must not overlap"),
+                    (c._c.alltoall_ptr, (p, 16, q, 16.0), TypeError, "int")):
+                with pytest.raises(exc, match=msg):
+                    call(*args)
+            c._c.broadcast_ptr(0, 0, 0, 0, 0)  # nothing to move: no address needed
+            c._c.allgather_ptr(p, 16, q, 32, 0, 0)  # the refusals left the communicator working
+            assert b[:8].tolist() == [4, 5, 6, 7] * 2
+        return True
+    assert run_ranks(body, 2) == {0: True, 1: True}

@@ -95,10 +95,10 @@ def reduce_isa():
     return _lockstep.reduce_isa()
 
 
-_ORDERS = {"linear": 0, "rotated": 1, "random": 2, "topology": 3}
-_XFERS = {"pull": 0, "push": 1}
+_ORDERS = {name: code for code, name in enumerate(_lockstep.ORDERS)}  # linear, rotated, random, topology
+_XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
 _POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
-_OPS = {"sum": 0, "max": 1, "min": 2}
+_OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled lazily
 
@@ -158,11 +158,11 @@ def _new_like(send, lead, what):
     """A new array for what a call receives: shape lead + send's shape and send's dtype
     for a torch tensor or numpy array (or numpy scalar, shape ()); for any other
     buffer, uint8 of shape lead + (its byte length,)."""
+    if isinstance(send, (_np.ndarray, _np.generic)):
+        return _np.empty(lead + send.shape, send.dtype)
     if _is_tensor(send):
         import torch
         return torch.empty(lead + tuple(send.shape), dtype=send.dtype)
-    if isinstance(send, (_np.ndarray, _np.generic)):
-        return _np.empty(lead + send.shape, send.dtype)
     try:
         nbytes = memoryview(send).nbytes
     except TypeError:
@@ -223,7 +223,6 @@ def _allreduce_other(c, buf, code):
     return buf
 
 
-_lockstep._set_allreduce_other(_allreduce_other)
 
 
 def _tensor_bytes(t):
@@ -306,7 +305,9 @@ class Comm:
         self.job = str(job)
         self.rank = self._c.rank
         self.size = self._c.size
-        self.allreduce = self._c.allreduce  # no Python frame per call: 0.1 us of 0.3
+        for name in _C_METHODS:  # no Python frame per call for numpy arrays: 0.1 us of 0.3 (allreduce)
+            if getattr(type(self), name) is getattr(Comm, name):
+                setattr(self, name, getattr(self._c, name))
 
     @classmethod
     def from_env(cls, **kw):
@@ -364,61 +365,24 @@ class Comm:
         self._c.refuse()
 
     def broadcast(self, buf, root=0, order="linear", xfer="pull"):
-        """Copy root's buf into every rank's buf (same byte length everywhere); returns buf."""
-        try:
-            root = _int_arg(root, "root", None)
-            if not 0 <= root < self.size:
-                raise ValueError(f"root must be a rank from 0 to {self.size - 1}, not {root}")
-            o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
-            memory = _tensor_memory(buf) if _is_tensor(buf) else None
-        except (TypeError, ValueError):
-            self._refused()
-            raise
-        if memory is None:
-            self._c.broadcast(buf, root, o, x)
-        else:
-            self._c.broadcast_ptr(memory[0], memory[1], root, o, x)
-        _written(buf)
-        return buf
+        """Copy root's buf into every rank's buf (same byte length everywhere); returns buf.
+        order: "linear", "rotated", "random" or "topology", the order root's copies go
+        in; xfer: "pull" or "push" (see the module docstring)."""
+        return self._c.broadcast(buf, root, order, xfer)
 
     def allgather(self, send, recv=None, order="linear", xfer="pull"):
         """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank;
         returns recv. Without recv, a new one: for a numpy array or torch tensor of
         shape S (a numpy scalar: S = ()), one of shape (size, *S) and the same dtype
         (block r is rank r's); for any other buffer, a numpy uint8 array of shape
-        (size, nbytes)."""
-        try:
-            if recv is None:
-                recv = _new_like(send, (self.size,), "allgather")
-            o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
-            m = _send_recv_memory(send, recv)
-        except (TypeError, ValueError):
-            self._refused()
-            raise
-        if len(m) == 2:
-            self._c.allgather(m[0], m[1], o, x)
-        else:
-            self._c.allgather_ptr(m[0], m[1], m[2], m[3], o, x)
-        _written(recv)
-        return recv
+        (size, nbytes). order and xfer as for broadcast."""
+        return self._c.allgather(send, recv, order, xfer)
 
     def alltoall(self, send, recv=None):
         """recv block k = rank k's block `rank` of send, where send (and recv) hold size
         equal blocks of bytes, block r for rank r; returns recv (a new array or tensor
         like send without it). recv must not overlap send."""
-        try:
-            if recv is None:
-                recv = _new_like(send, (), "alltoall")
-            m = _send_recv_memory(send, recv)
-        except (TypeError, ValueError):
-            self._refused()
-            raise
-        if len(m) == 2:
-            self._c.alltoall(m[0], m[1])
-        else:
-            self._c.alltoall_ptr(m[0], m[1], m[2], m[3])
-        _written(recv)
-        return recv
+        return self._c.alltoall(send, recv)
 
     def reduce_scatter(self, send, recv=None, op="sum"):
         """recv = this rank's block of send, reduced over all ranks in rank order (as
@@ -507,3 +471,74 @@ class Comm:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_C_METHODS = ("allreduce", "broadcast", "allgather", "alltoall")
+
+
+# The Python paths of the C methods bound on each Comm (see _C_METHODS), for what they
+# do not take on themselves: torch tensors, a recv to make, arguments to convert or to
+# refuse. c is the Comm's C communicator; the arguments are the caller's.
+
+def _broadcast(c, buf, root=0, order="linear", xfer="pull"):
+    try:
+        root = _int_arg(root, "root", None)
+        if not 0 <= root < c.size:
+            raise ValueError(f"root must be a rank from 0 to {c.size - 1}, not {root}")
+        o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
+        memory = _tensor_memory(buf) if _is_tensor(buf) else None
+    except (TypeError, ValueError):
+        c.refuse()  # the peers' call ends now (PeerArgumentError), not at the deadline
+        raise
+    if memory is None:
+        c.broadcast_buf(buf, root, o, x)
+    else:
+        c.broadcast_ptr(memory[0], memory[1], root, o, x)
+    _written(buf)
+    return buf
+
+
+def _allgather(c, send, recv=None, order="linear", xfer="pull"):
+    if recv is None:
+        try:
+            recv = _new_like(send, (c.size,), "allgather")
+        except (TypeError, ValueError):
+            c.refuse()
+            raise
+        return c.allgather(send, recv, order, xfer)  # the C method again, now with recv
+    try:
+        o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
+        m = _send_recv_memory(send, recv)
+    except (TypeError, ValueError):
+        c.refuse()
+        raise
+    if len(m) == 2:
+        c.allgather_buf(m[0], m[1], o, x)
+    else:
+        c.allgather_ptr(m[0], m[1], m[2], m[3], o, x)
+    _written(recv)
+    return recv
+
+
+def _alltoall(c, send, recv=None):
+    if recv is None:
+        try:
+            recv = _new_like(send, (), "alltoall")
+        except (TypeError, ValueError):
+            c.refuse()
+            raise
+        return c.alltoall(send, recv)
+    try:
+        m = _send_recv_memory(send, recv)
+    except (TypeError, ValueError):
+        c.refuse()
+        raise
+    if len(m) == 2:
+        c.alltoall_buf(m[0], m[1])
+    else:
+        c.alltoall_ptr(m[0], m[1], m[2], m[3])
+    _written(recv)
+    return recv
+
+
+_lockstep._set_python_paths(_allreduce_other, _broadcast, _allgather, _alltoall)

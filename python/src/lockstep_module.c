@@ -297,6 +297,20 @@ static void comm_releasebuffer(CommObject *self, Py_buffer *view)
 
 static PyBufferProcs comm_as_buffer = {(getbufferproc)comm_getbuffer, (releasebufferproc)comm_releasebuffer};
 
+/* Run a call (stmt) without the GIL unless it moves at most SHORT_CALL bytes: releasing
+ * and taking back the GIL costs more than such a call, and its waits let other threads
+ * run anyway (py_cancel). */
+#define SHORT_CALL 16384
+#define RUN_CALL(bytes, stmt)                                                                                    \
+    do {                                                                                                         \
+        if ((size_t)(bytes) <= SHORT_CALL) {                                                                     \
+            stmt;                                                                                                \
+        } else {                                                                                                 \
+            Py_BEGIN_ALLOW_THREADS stmt;                                                                         \
+            Py_END_ALLOW_THREADS                                                                                 \
+        }                                                                                                        \
+    } while (0)
+
 /* allreduce_ptr(address, count, dtype, op): the raw path, for torch tensors (bf16). */
 static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
 {
@@ -319,13 +333,8 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
     int rc;
     if (enter(self, "allreduce") != 0)
         return NULL;
-    if (count <= 4096) { /* short calls: not worth releasing the GIL */
-        rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
-        Py_END_ALLOW_THREADS
-    }
+    RUN_CALL((size_t)count * lockstep_dtype_size((lockstep_dtype_t)dt),
+             rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
     leave(self);
     if (rc)
         return raise_code(rc, "allreduce");
@@ -419,63 +428,127 @@ static int dtype_of(const Py_buffer *v)
     return -1;
 }
 
-/* Comm.allreduce for what is not a buffer (torch tensors), set by the package:
- * fn(comm, obj, op code) returns obj, or None for "not mine either". */
-static PyObject *allreduce_other;
+/* The package's Python functions for what the C entry points do not take on
+ * themselves, set at import (_set_python_paths):
+ *   PY_ALLREDUCE  fn(comm, obj, op code) for what is not a buffer (torch tensors):
+ *                 obj, or None for "not mine either";
+ *   PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL  fn(comm, *args, **kw), the Comm method
+ *                 itself for anything but buffers and plain arguments (tensors, a recv
+ *                 to make, names and ints to convert or refuse). */
+enum { PY_ALLREDUCE, PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_PATHS };
+static PyObject *python_path[PY_PATHS];
 
-static PyObject *mod_set_allreduce_other(PyObject *m, PyObject *fn)
+static PyObject *mod_set_python_paths(PyObject *m, PyObject *args)
 {
     (void)m;
-    if (!PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "_set_allreduce_other needs a callable");
+    PyObject *fn[PY_PATHS];
+    if (!PyArg_ParseTuple(args, "OOOO", &fn[0], &fn[1], &fn[2], &fn[3]))
         return NULL;
-    }
-    Py_XSETREF(allreduce_other, Py_NewRef(fn));
+    for (int i = 0; i < PY_PATHS; i++)
+        if (!PyCallable_Check(fn[i])) {
+            PyErr_SetString(PyExc_TypeError, "_set_python_paths needs four callables");
+            return NULL;
+        }
+    for (int i = 0; i < PY_PATHS; i++)
+        Py_XSETREF(python_path[i], Py_NewRef(fn[i]));
     Py_RETURN_NONE;
 }
+
+/* Hand a call, with the caller's own arguments, to its Python path (comm first). */
+static PyObject *to_python(CommObject *self, int which, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    if (!python_path[which]) {
+        PyErr_SetString(PyExc_RuntimeError, "lockstep._lockstep's Comm is used through the lockstep package "
+                        "(import lockstep; lockstep.Comm)");
+        return NULL;
+    }
+    Py_ssize_t total = n + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *local[8], **all = total < 8 ? local : PyMem_New(PyObject *, (size_t)total + 1);
+    if (!all)
+        return PyErr_NoMemory();
+    all[0] = (PyObject *)self;
+    memcpy(all + 1, args, (size_t)total * sizeof *args);
+    PyObject *r = PyObject_Vectorcall(python_path[which], all, (size_t)n + 1, kwnames);
+    if (all != local)
+        PyMem_Free(all);
+    return r;
+}
+
+/* A METH_FASTCALL | METH_KEYWORDS call's arguments by parameter name, positional ones
+ * first, into arg[0..nnames) (NULL where not given); 0, or -1 when they do not fit,
+ * with *bad the keyword that names no parameter or one already given (else NULL). */
+static int named_args(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, const char *const *names, int nnames,
+                      PyObject **arg, PyObject **bad)
+{
+    *bad = NULL;
+    if (n > nnames)
+        return -1;
+    for (int i = 0; i < nnames; i++)
+        arg[i] = i < n ? args[i] : NULL;
+    for (Py_ssize_t k = 0; kwnames && k < PyTuple_GET_SIZE(kwnames); k++) {
+        int i = 0;
+        while (i < nnames && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), names[i]) != 0)
+            i++;
+        if (i == nnames || arg[i]) {
+            *bad = PyTuple_GET_ITEM(kwnames, k);
+            return -1;
+        }
+        arg[i] = args[n + k];
+    }
+    return 0;
+}
+
+/* obj as the index of its name in names[0..n) (a str), absent when obj is NULL, -1
+ * when it names none */
+static int name_code(PyObject *obj, const char *const *names, int n, int absent)
+{
+    if (!obj)
+        return absent;
+    if (PyUnicode_Check(obj))
+        for (int i = 0; i < n; i++)
+            if (PyUnicode_CompareWithASCIIString(obj, names[i]) == 0)
+                return i;
+    return -1;
+}
+
+static const char *const op_names[] = {"sum", "max", "min"};                       /* lockstep_op_t */
+static const char *const order_names[] = {"linear", "rotated", "random", "topology"}; /* lockstep_order_t */
+static const char *const xfer_names[] = {"pull", "push"};                          /* lockstep_xfer_t */
 
 /* "sum", "max" or "min" as LOCKSTEP_SUM..., or -1 with ValueError */
 static int op_code(PyObject *op)
 {
-    static const char *const names[] = {"sum", "max", "min"}; /* lockstep_op_t order */
-    if (PyUnicode_Check(op))
-        for (int i = 0; i < 3; i++)
-            if (PyUnicode_CompareWithASCIIString(op, names[i]) == 0)
-                return i;
-    PyErr_Format(PyExc_ValueError, "op must be one of max, min, sum, not %R", op);
-    return -1;
+    int code = name_code(op, op_names, 3, LOCKSTEP_SUM);
+    if (code < 0)
+        PyErr_Format(PyExc_ValueError, "op must be one of max, min, sum, not %R", op);
+    return code;
 }
 
 /* allreduce(buffer, op="sum") -> buffer: in place on anything with the buffer protocol
- * (numpy arrays); other objects go to allreduce_other. Called straight from Python (the
+ * (numpy arrays); other objects go to its Python path. Called straight from Python (the
  * package binds it on each Comm), so this is the whole per-call path for numpy. */
 static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    PyObject *obj = n >= 1 ? args[0] : NULL, *opobj = n >= 2 ? args[1] : NULL;
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        PyObject **slot = PyUnicode_CompareWithASCIIString(key, "op") == 0 ? &opobj
-                        : PyUnicode_CompareWithASCIIString(key, "buf") == 0 ? &obj : NULL;
-        if (!slot || *slot) {
-            PyErr_Format(PyExc_TypeError, "allreduce(buf, op=\"sum\"): unexpected or repeated argument %R", key);
-            return refused(self);
-        }
-        *slot = args[n + i];
-    }
-    if (!obj || n > 2) {
-        PyErr_SetString(PyExc_TypeError, "allreduce(buf, op=\"sum\") takes the buffer and at most an op");
+    static const char *const names[] = {"buf", "op"};
+    PyObject *a[2], *bad;
+    if (named_args(args, n, kwnames, names, 2, a, &bad) != 0 || !a[0]) {
+        if (bad)
+            PyErr_Format(PyExc_TypeError, "allreduce(buf, op=\"sum\"): unexpected or repeated argument %R", bad);
+        else
+            PyErr_SetString(PyExc_TypeError, "allreduce(buf, op=\"sum\") takes the buffer and at most an op");
         return refused(self);
     }
-    int op = opobj ? op_code(opobj) : LOCKSTEP_SUM;
+    PyObject *obj = a[0];
+    int op = op_code(a[1]);
     if (op < 0)
         return refused(self);
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
-    if (!PyObject_CheckBuffer(obj) && allreduce_other) {
+    if (!PyObject_CheckBuffer(obj) && python_path[PY_ALLREDUCE]) {
         PyObject *code = PyLong_FromLong(op);
-        PyObject *r = code ? PyObject_CallFunctionObjArgs(allreduce_other, (PyObject *)self, obj, code, NULL) : NULL;
+        PyObject *r = code ? PyObject_CallFunctionObjArgs(python_path[PY_ALLREDUCE], (PyObject *)self, obj, code, NULL)
+                           : NULL;
         Py_XDECREF(code);
         if (r != Py_None)
             return r; /* obj, or NULL with its error */
@@ -495,18 +568,21 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
         PyBuffer_Release(&v);
         return NULL;
     }
-    if (v.len <= 16384) {
-        rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
-        Py_END_ALLOW_THREADS
-    }
+    RUN_CALL(v.len, rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
     leave(self);
     PyBuffer_Release(&v);
     if (rc)
         return raise_code(rc, "allreduce");
     return Py_NewRef(obj);
+}
+
+/* A *_bytes call's result as the Comm method's: the buffer written into, or NULL */
+static PyObject *returned(PyObject *r, PyObject *buffer)
+{
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    return Py_NewRef(buffer);
 }
 
 /* The calls that move bytes (broadcast, allgather, alltoall) on memory the caller has
@@ -520,9 +596,8 @@ static PyObject *broadcast_bytes(CommObject *self, lockstep_comm_t *c, void *buf
     int rc;
     if (enter(self, "broadcast") != 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = lockstep_comm_broadcast(c, buf, (size_t)len, root, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
-    Py_END_ALLOW_THREADS
+    RUN_CALL(len, rc = lockstep_comm_broadcast(c, buf, (size_t)len, root, (lockstep_order_t)order,
+                                               (lockstep_xfer_t)xfer));
     leave(self);
     if (rc)
         return raise_code(rc, "broadcast");
@@ -544,9 +619,8 @@ static PyObject *allgather_bytes(CommObject *self, lockstep_comm_t *c, const voi
     }
     if (enter(self, "allgather") != 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = lockstep_comm_allgather(c, send, recv, (size_t)slen, (lockstep_order_t)order, (lockstep_xfer_t)xfer);
-    Py_END_ALLOW_THREADS
+    RUN_CALL(rlen, rc = lockstep_comm_allgather(c, send, recv, (size_t)slen, (lockstep_order_t)order,
+                                                (lockstep_xfer_t)xfer));
     leave(self);
     if (rc)
         return raise_code(rc, "allgather");
@@ -566,16 +640,14 @@ static PyObject *alltoall_bytes(CommObject *self, lockstep_comm_t *c, const void
     }
     if (enter(self, "alltoall") != 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = lockstep_comm_alltoall(c, send, recv, (size_t)(slen / size));
-    Py_END_ALLOW_THREADS
+    RUN_CALL(slen, rc = lockstep_comm_alltoall(c, send, recv, (size_t)(slen / size)));
     leave(self);
     if (rc)
         return raise_code(rc, "alltoall");
     Py_RETURN_NONE;
 }
 
-static PyObject *comm_broadcast(CommObject *self, PyObject *args)
+static PyObject *comm_broadcast_buf(CommObject *self, PyObject *args)
 {
     PyObject *obj;
     int root, order = 0, xfer = 0;
@@ -610,7 +682,7 @@ static int send_recv_buffers(PyObject *sobj, PyObject *robj, Py_buffer *s, Py_bu
     return 0;
 }
 
-static PyObject *comm_allgather(CommObject *self, PyObject *args)
+static PyObject *comm_allgather_buf(CommObject *self, PyObject *args)
 {
     PyObject *sobj, *robj;
     int order = 0, xfer = 0;
@@ -628,7 +700,7 @@ static PyObject *comm_allgather(CommObject *self, PyObject *args)
     return out;
 }
 
-static PyObject *comm_alltoall(CommObject *self, PyObject *args)
+static PyObject *comm_alltoall_buf(CommObject *self, PyObject *args)
 {
     PyObject *sobj, *robj;
     if (!PyArg_ParseTuple(args, "OO", &sobj, &robj))
@@ -643,6 +715,84 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *args)
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
     return out;
+}
+
+/* The Comm methods themselves, bound on each Comm by the package: buffers (numpy
+ * arrays, bytes...) with plain arguments (an int root in range, order and xfer by
+ * name) run here without a Python frame; anything else goes to the Python path with
+ * the caller's arguments (tensors, a recv to make, what to convert or refuse). A
+ * closed Comm too, so that bad arguments raise there as they would on an open one. */
+/* Arguments that do not fit the method's parameters: its Python path raises the
+ * TypeError Python gives for them, and this rank refuses the call. */
+static PyObject *misfit(CommObject *self, int which, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    PyObject *r = to_python(self, which, args, n, kwnames);
+    return r ? r : refused(self);
+}
+
+static PyObject *comm_broadcast(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    static const char *const names[] = {"buf", "root", "order", "xfer"};
+    PyObject *a[4], *bad;
+    int root = 0, overflow = 0, order, xfer;
+    if (named_args(args, n, kwnames, names, 4, a, &bad) != 0 || !a[0])
+        return misfit(self, PY_BROADCAST, args, n, kwnames);
+    if (!PyObject_CheckBuffer(a[0]) || !self->comm || self->closed)
+        return to_python(self, PY_BROADCAST, args, n, kwnames);
+    if (a[1]) {
+        long v = PyLong_CheckExact(a[1]) ? PyLong_AsLongAndOverflow(a[1], &overflow) : -1;
+        if (overflow || v < 0 || v >= lockstep_comm_size(self->comm))
+            return to_python(self, PY_BROADCAST, args, n, kwnames);
+        root = (int)v;
+    }
+    order = name_code(a[2], order_names, 4, LOCKSTEP_ORDER_LINEAR);
+    xfer = name_code(a[3], xfer_names, 2, LOCKSTEP_PULL);
+    if (order < 0 || xfer < 0)
+        return to_python(self, PY_BROADCAST, args, n, kwnames);
+    Py_buffer v;
+    if (writable_buffer(a[0], &v, "broadcast") != 0)
+        return refused(self);
+    PyObject *r = broadcast_bytes(self, self->comm, v.buf, v.len, root, order, xfer);
+    PyBuffer_Release(&v);
+    return returned(r, a[0]);
+}
+
+/* allgather and alltoall: send and recv both buffers, order and xfer by name */
+static PyObject *send_recv_call(CommObject *self, int which, PyObject *const *args, Py_ssize_t n,
+                                PyObject *kwnames)
+{
+    static const char *const names[] = {"send", "recv", "order", "xfer"};
+    const char *call = which == PY_ALLGATHER ? "allgather" : "alltoall";
+    PyObject *a[4], *bad;
+    if (named_args(args, n, kwnames, names, which == PY_ALLGATHER ? 4 : 2, a, &bad) != 0 || !a[0])
+        return misfit(self, which, args, n, kwnames);
+    if (!a[1] || !PyObject_CheckBuffer(a[0]) || !PyObject_CheckBuffer(a[1]) || !self->comm || self->closed)
+        return to_python(self, which, args, n, kwnames);
+    int order = 0, xfer = 0;
+    if (which == PY_ALLGATHER) {
+        order = name_code(a[2], order_names, 4, LOCKSTEP_ORDER_LINEAR);
+        xfer = name_code(a[3], xfer_names, 2, LOCKSTEP_PULL);
+        if (order < 0 || xfer < 0)
+            return to_python(self, which, args, n, kwnames);
+    }
+    Py_buffer sv, rv;
+    if (send_recv_buffers(a[0], a[1], &sv, &rv, call) != 0)
+        return refused(self);
+    PyObject *r = which == PY_ALLGATHER ? allgather_bytes(self, self->comm, sv.buf, sv.len, rv.buf, rv.len, order, xfer)
+                                        : alltoall_bytes(self, self->comm, sv.buf, sv.len, rv.buf, rv.len);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&rv);
+    return returned(r, a[1]);
+}
+
+static PyObject *comm_allgather(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    return send_recv_call(self, PY_ALLGATHER, args, n, kwnames);
+}
+
+static PyObject *comm_alltoall(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    return send_recv_call(self, PY_ALLTOALL, args, n, kwnames);
 }
 
 /* The _ptr entry points' arguments: n addresses and byte lengths (n pairs), then the
@@ -823,11 +973,18 @@ static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
-    {"alltoall", (PyCFunction)comm_alltoall, METH_VARARGS, "alltoall(send, recv): block r of send to rank r"},
     {"reduce_scatter_ptr", (PyCFunction)(void (*)(void))comm_reduce_scatter_ptr, METH_FASTCALL,
      "reduce_scatter_ptr(send address, recv address, count, dtype, op)"},
-    {"broadcast", (PyCFunction)comm_broadcast, METH_VARARGS, "broadcast(buffer, root, order=0, xfer=0)"},
-    {"allgather", (PyCFunction)comm_allgather, METH_VARARGS, "allgather(send, recv, order=0, xfer=0)"},
+    {"broadcast", (PyCFunction)(void (*)(void))comm_broadcast, METH_FASTCALL | METH_KEYWORDS,
+     "broadcast(buf, root=0, order=\"linear\", xfer=\"pull\") -> buf"},
+    {"allgather", (PyCFunction)(void (*)(void))comm_allgather, METH_FASTCALL | METH_KEYWORDS,
+     "allgather(send, recv=None, order=\"linear\", xfer=\"pull\") -> recv"},
+    {"alltoall", (PyCFunction)(void (*)(void))comm_alltoall, METH_FASTCALL | METH_KEYWORDS,
+     "alltoall(send, recv=None) -> recv"},
+    {"broadcast_buf", (PyCFunction)comm_broadcast_buf, METH_VARARGS, "broadcast_buf(buffer, root, order code, xfer code)"},
+    {"allgather_buf", (PyCFunction)comm_allgather_buf, METH_VARARGS,
+     "allgather_buf(send, recv, order code, xfer code)"},
+    {"alltoall_buf", (PyCFunction)comm_alltoall_buf, METH_VARARGS, "alltoall_buf(send, recv): block r of send to rank r"},
     {"broadcast_ptr", (PyCFunction)(void (*)(void))comm_broadcast_ptr, METH_FASTCALL,
      "broadcast_ptr(address, bytes, root, order, xfer)"},
     {"allgather_ptr", (PyCFunction)(void (*)(void))comm_allgather_ptr, METH_FASTCALL,
@@ -904,11 +1061,27 @@ static PyObject *mod_reduce_isa(PyObject *m, PyObject *unused)
     return NULL;
 }
 
+/* names[0..n) as a tuple, for the package's tables (index = code); NULL on failure */
+static PyObject *names_tuple(const char *const *names, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, name);
+    }
+    return t;
+}
+
 static PyMethodDef mod_methods[] = {
     {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
     {"reduce_isa", mod_reduce_isa, METH_NOARGS,
      "reduce_isa() -> 'avx512', 'avx2' or 'base': the reduction kernels' instruction set in this process"},
-    {"_set_allreduce_other", mod_set_allreduce_other, METH_O, "fn(comm, obj, op code) for non-buffers"},
+    {"_set_python_paths", mod_set_python_paths, METH_VARARGS,
+     "_set_python_paths(allreduce_other, broadcast, allgather, alltoall): the package's paths"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_lockstep", NULL, -1, mod_methods,
@@ -945,6 +1118,19 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyModule_AddObject(m, "PeerArgumentError", Py_NewRef(PeerArgumentError));
     PyModule_AddStringConstant(m, "version", lockstep_version());
     PyModule_AddIntConstant(m, "MAX_RANKS", LOCKSTEP_COMM_MAX_RANKS);
+    const struct {
+        const char *name;
+        const char *const *names;
+        int n;
+    } tables[] = {{"OPS", op_names, 3}, {"ORDERS", order_names, 4}, {"XFERS", xfer_names, 2}};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        PyObject *t = names_tuple(tables[i].names, tables[i].n);
+        if (!t || PyModule_AddObject(m, tables[i].name, t) != 0) { /* steals t only on success */
+            Py_XDECREF(t);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
     if (lockstep_py_add_load(m) != 0) {
         Py_DECREF(m);
         return NULL;

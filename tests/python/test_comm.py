@@ -141,6 +141,106 @@ def test_broadcast_and_allgather(size):
     run_ranks(gather_body, size)
 
 
+class _Name(str):
+    pass
+
+
+def spellings_body(rank, size, job):
+    """Every way of passing broadcast's, allgather's and alltoall's arguments gives the
+    same result: buffers with plain arguments run in C, the rest (numpy and str roots,
+    a recv to make, tensors) through Python. In each call the ranks spell the root
+    differently, so C and Python paths meet in one call and must agree on the codes
+    (an xfer that differs between ranks is a MismatchError)."""
+    root = size - 1
+    roots = [root, np.int64(root), str(root), np.int32(root)]
+    orders = [{}, {"order": "rotated"}, {"order": _Name("topology"), "xfer": "push"}, {"xfer": _Name("pull")},
+              {"xfer": "push"}]
+    with lockstep.Comm(job, rank, size) as c:
+        for i, (r, kw) in enumerate([(roots[(k + rank) % 4], kw) for k in range(4) for kw in orders]):
+            b = np.full(5, i + 10 if rank == root else -1, np.int32)
+            out = c.broadcast(b, r, **kw) if i % 2 else c.broadcast(buf=b, root=r, **kw)
+            assert out is b and b.tolist() == [i + 10] * 5
+            send = np.full(3, rank * 100 + i, np.int16)
+            recv = np.zeros(3 * size, np.int16)
+            want = [x * 100 + i for x in range(size) for _ in range(3)]
+            assert c.allgather(send, recv, **kw) is recv and recv.tolist() == want
+            assert c.allgather(send=send, recv=recv, **kw) is recv and recv.tolist() == want
+            assert c.allgather(send, **kw).reshape(-1).tolist() == want
+            blocks = np.array([rank * 1000 + k * 10 + i for k in range(size)], np.int64)
+            got = np.zeros(size, np.int64)
+            want = [x * 1000 + rank * 10 + i for x in range(size)]
+            assert c.alltoall(blocks, got) is got and got.tolist() == want
+            assert c.alltoall(send=blocks).tolist() == want and c.alltoall(blocks, recv=got).tolist() == want
+            assert lockstep.Comm.broadcast(c, b, root) is b and lockstep.Comm.alltoall(c, blocks, got) is got
+        if torch is not None:  # tensors through the Python path, mixed with arrays
+            t = torch.full((4,), float(rank))
+            assert c.broadcast(t, root=root) is t and t.tolist() == [float(root)] * 4
+            recv = np.zeros(4 * size, np.float32)
+            assert c.allgather(torch.full((4,), float(rank)), recv) is recv
+            assert recv.tolist() == [float(x) for x in range(size) for _ in range(4)]
+        c.close()  # closed: CommError, but arguments that fit no parameter are a TypeError first
+        with pytest.raises(lockstep.CommError, match="closed"):
+            c.broadcast(np.zeros(2), root=size)
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            c.allgather(np.zeros(2), recvv=None)
+        with pytest.raises(lockstep.CommError, match="closed"):
+            c.broadcast(np.zeros(2))
+        with pytest.raises(lockstep.CommError, match="closed"):
+            c.alltoall(np.zeros(size), np.zeros(size))
+    return True
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_every_spelling_of_the_arguments_gives_the_same_result(size):
+    run_ranks(spellings_body, size)
+
+
+def test_a_subclass_keeps_its_own_methods():
+    """Comm binds its C methods on each instance, but not over a subclass's own."""
+    class Logged(lockstep.Comm):
+        def broadcast(self, buf, root=0, **kw):
+            self.seen.append(root)
+            return super().broadcast(buf, root, **kw)
+
+    job = f"py-sub-{os.getpid()}"
+    with Logged(job, 0, 1) as c:
+        c.seen = []
+        a = np.arange(3)
+        assert c.broadcast(a, 0, order="random") is a and c.seen == [0]
+        assert c.allgather(a).tolist() == [[0, 1, 2]]  # not overridden: the C method
+        assert c.allgather == c._c.allgather
+
+
+def starve_body(rank, size, job):
+    """A short broadcast keeps the GIL while it runs, but while it waits for a late
+    peer other threads of its process still run: here one that watches for the call
+    (busy is true only inside it)."""
+    with lockstep.Comm(job, rank, size, timeout=60) as c:
+        c.barrier()
+        if rank == 1:
+            time.sleep(0.5)
+            c.broadcast(np.zeros(4, np.float32))
+            return True
+        seen, stop = threading.Event(), threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                if c._c.busy:
+                    seen.set()
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        c.broadcast(np.ones(4, np.float32))  # rank 0 is the root: waits for rank 1
+        stop.set()
+        t.join(10)
+        assert seen.is_set(), "no other thread ran while the broadcast waited"
+    return True
+
+
+def test_other_threads_run_while_a_short_call_waits():
+    run_ranks(starve_body, 2, timeout=60)
+
+
 def eager_body(rank, size, job):
     with lockstep.Comm(job, rank, size, broadcast_eager_bytes=1024) as c:
         total = np.zeros(1, np.int32)
@@ -533,6 +633,15 @@ def refuse_body(rank, size, job):
         (lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.int32)),
          lambda c: c.reduce_scatter(np.ones(size * 2, np.float32)), ValueError),
         (lambda c: c.allreduce(f32, "sum", 3), lambda c: c.barrier(), TypeError),  # the others in a barrier
+        # arguments that fit no parameter: Python's own TypeError, and the call refused
+        (lambda c: c.broadcast(f32, rot=0), lambda c: c.broadcast(f32), TypeError),
+        (lambda c: c.broadcast(buf=f32, root=0, xfer="pull", order="linear", extra=1),
+         lambda c: c.broadcast(f32), TypeError),
+        (lambda c: c.allgather(f32, None, "linear", "pull", 5), lambda c: c.allgather(f32), TypeError),
+        (lambda c: c.allgather(f32, send=f32), lambda c: c.allgather(f32), TypeError),
+        (lambda c: c.alltoall(), lambda c: c.alltoall(np.zeros(size * 4, np.uint8)), TypeError),
+        (lambda c: c.alltoall(np.zeros(size * 4, np.uint8), order="linear"),
+         lambda c: c.alltoall(np.zeros(size * 4, np.uint8)), TypeError),
     ]
     if torch is not None:
         calls.append((lambda c: c.allreduce(torch.ones(4, dtype=torch.float64)),

@@ -392,58 +392,7 @@ class Comm:
         of the same dtype, and may be this rank's block of send. Without recv, a new
         one: send's shape with its first dimension divided by size when it divides,
         else 1-D."""
-        try:
-            recv, scode, count, op_code = self._reduce_scatter_args(send, recv, op)
-        except (TypeError, ValueError):
-            self._refused()
-            raise
-        self._c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)
-        _written(recv)
-        return recv
-
-    def _reduce_scatter_args(self, send, recv, op):
-        """(recv, made if None; the dtype code; one block's element count; the op code),
-        checked"""
-        op_code = _code(_OPS, op, "op")
-        scode, n = self._rs_operand(send, "send", False)
-        if n % self.size:
-            raise ValueError(f"reduce_scatter's send must hold size ({self.size}) equal blocks; "
-                             f"it holds {n} elements")
-        count = n // self.size
-        if recv is None:
-            shape = tuple(send.shape)
-            shape = (shape[0] // self.size,) + shape[1:] if shape and shape[0] % self.size == 0 else (count,)
-            if _is_tensor(send):
-                import torch
-                recv = torch.empty(shape, dtype=send.dtype)
-            else:
-                recv = _np.empty(shape, send.dtype)
-        rcode, rn = self._rs_operand(recv, "recv", True)
-        if rcode != scode or rn != count:
-            raise ValueError(f"reduce_scatter's recv must hold one block of send: {count} elements of send's "
-                             f"dtype, not {rn} of another" if rcode != scode else
-                             f"reduce_scatter's recv must hold one block of send: {count} elements, not {rn}")
-        return recv, scode, count, op_code
-
-    @staticmethod
-    def _rs_operand(a, what, writable):
-        """(dtype code, element count) of a numpy array or torch tensor, checked"""
-        if _is_tensor(a):
-            return _torch_code(a, "reduce_scatter"), a.numel()
-        if not isinstance(a, _np.ndarray):
-            raise TypeError(f"reduce_scatter's {what} must be a numpy array or a torch CPU tensor, "
-                            f"not {type(a).__name__}")
-        code = _NUMPY_CODES.get(a.dtype.str.lstrip("<=|"))
-        if code is None and a.dtype.byteorder == ">":
-            raise TypeError(f"reduce_scatter reduces numbers in this machine's byte order; {what} is big-endian "
-                            f"{a.dtype.str} (convert it first, e.g. x.astype('<{a.dtype.str[1:]}'))")
-        if code is None:
-            raise TypeError(f"reduce_scatter supports float32, float16, bfloat16 and int32; {what} is {a.dtype}")
-        if not a.flags.c_contiguous:
-            raise ValueError(f"reduce_scatter's {what} must be C-contiguous (numpy.ascontiguousarray)")
-        if writable and not a.flags.writeable:
-            raise ValueError(f"reduce_scatter's {what} must be writable")
-        return code, a.size
+        return self._c.reduce_scatter(send, recv, op)
 
     def peers(self, order="linear"):
         """The other ranks, in the order a broadcast or allgather with this order visits
@@ -473,7 +422,7 @@ class Comm:
         self.close()
 
 
-_C_METHODS = ("allreduce", "broadcast", "allgather", "alltoall")
+_C_METHODS = ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter")
 
 
 # The Python paths of the C methods bound on each Comm (see _C_METHODS), for what they
@@ -541,4 +490,68 @@ def _alltoall(c, send, recv=None):
     return recv
 
 
-_lockstep._set_python_paths(_allreduce_other, _broadcast, _allgather, _alltoall)
+def _reduce_scatter(c, send, recv=None, op="sum"):
+    if recv is None:
+        try:
+            recv = _rs_recv(send, c.size)
+        except (TypeError, ValueError):
+            c.refuse()
+            raise
+        return c.reduce_scatter(send, recv, op)  # the C method again (which checks send), now with recv
+    try:
+        op_code = _code(_OPS, op, "op")
+        scode, n = _rs_operand(send, "send", False)
+        if n % c.size:
+            raise ValueError(f"reduce_scatter's send must hold size ({c.size}) equal blocks; "
+                             f"it holds {n} elements")
+        count = n // c.size
+        rcode, rn = _rs_operand(recv, "recv", True)
+        if rcode != scode or rn != count:
+            raise ValueError(f"reduce_scatter's recv must hold one block of send: {count} elements of send's "
+                             f"dtype, not {rn} of another" if rcode != scode else
+                             f"reduce_scatter's recv must hold one block of send: {count} elements, not {rn}")
+    except (TypeError, ValueError):
+        c.refuse()
+        raise
+    c.reduce_scatter_ptr(_address(send), _address(recv), count, scode, op_code)  # tensors (numpy arrays: in C)
+    _written(recv)
+    return recv
+
+
+def _rs_recv(send, size):
+    """A new recv for reduce_scatter(send): send's shape with its first dimension divided
+    by size when it divides, else 1-D; send's dtype. (The call checks send.)"""
+    tensor = _is_tensor(send)
+    if not tensor and not isinstance(send, _np.ndarray):
+        raise TypeError(f"reduce_scatter's send must be a numpy array or a torch CPU tensor, "
+                        f"not {type(send).__name__}")
+    shape = tuple(send.shape)
+    shape = (shape[0] // size,) + shape[1:] if shape and shape[0] % size == 0 else \
+        ((send.numel() if tensor else send.size) // size,)
+    if tensor:
+        import torch
+        return torch.empty(shape, dtype=send.dtype)
+    return _np.empty(shape, send.dtype)
+
+
+def _rs_operand(a, what, writable):
+    """(dtype code, element count) of a numpy array or torch tensor, checked"""
+    if _is_tensor(a):
+        return _torch_code(a, "reduce_scatter"), a.numel()
+    if not isinstance(a, _np.ndarray):
+        raise TypeError(f"reduce_scatter's {what} must be a numpy array or a torch CPU tensor, "
+                        f"not {type(a).__name__}")
+    code = _NUMPY_CODES.get(a.dtype.str.lstrip("<=|"))
+    if code is None and a.dtype.byteorder == ">":
+        raise TypeError(f"reduce_scatter reduces numbers in this machine's byte order; {what} is big-endian "
+                        f"{a.dtype.str} (convert it first, e.g. x.astype('<{a.dtype.str[1:]}'))")
+    if code is None:
+        raise TypeError(f"reduce_scatter supports float32, float16, bfloat16 and int32; {what} is {a.dtype}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"reduce_scatter's {what} must be C-contiguous (numpy.ascontiguousarray)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"reduce_scatter's {what} must be writable")
+    return code, a.size
+
+
+_lockstep._set_python_paths(_allreduce_other, _broadcast, _allgather, _alltoall, _reduce_scatter)

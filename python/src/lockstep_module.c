@@ -347,6 +347,28 @@ static int ls_py_overlap(const void *a, const void *b, Py_ssize_t n)
     return n > 0 && x < y + n && y < x + n;
 }
 
+/* reduce_scatter on checked memory: send holds size blocks of count elements of dt,
+ * recv one (both entry points end here) */
+static PyObject *reduce_scatter_bytes(CommObject *self, lockstep_comm_t *c, const void *send, void *recv,
+                                      Py_ssize_t count, int dt, int op)
+{
+    int rc, size = lockstep_comm_size(c);
+    size_t bytes = count <= SHORT_CALL ? (size_t)count * (size_t)size * lockstep_dtype_size((lockstep_dtype_t)dt)
+                                       : SIZE_MAX;
+    if (enter(self, "reduce_scatter") != 0)
+        return NULL;
+    RUN_CALL(bytes, rc = lockstep_comm_reduce_scatter(c, send, recv, (size_t)count, (lockstep_dtype_t)dt,
+                                                      (lockstep_op_t)op));
+    leave(self);
+    if (rc == -EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "reduce_scatter: recv overlaps send other than as this rank's block");
+        return NULL;
+    }
+    if (rc)
+        return raise_code(rc, "reduce_scatter");
+    Py_RETURN_NONE;
+}
+
 /* reduce_scatter_ptr(send address, recv address, count, dtype, op): the package checks
  * the arrays or tensors behind the addresses (Comm.reduce_scatter) */
 static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
@@ -367,20 +389,7 @@ static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args
         PyErr_SetString(PyExc_ValueError, "count must be >= 0");
         return refused(self);
     }
-    int rc;
-    if (enter(self, "reduce_scatter") != 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = lockstep_comm_reduce_scatter(c, send, recv, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op);
-    Py_END_ALLOW_THREADS
-    leave(self);
-    if (rc == -EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "reduce_scatter: recv overlaps send other than as this rank's block");
-        return NULL;
-    }
-    if (rc)
-        return raise_code(rc, "reduce_scatter");
-    Py_RETURN_NONE;
+    return reduce_scatter_bytes(self, c, send, recv, count, (int)dt, (int)op);
 }
 
 /* The writable C-contiguous buffer of obj, or NULL with ValueError saying what to fix. */
@@ -432,21 +441,21 @@ static int dtype_of(const Py_buffer *v)
  * themselves, set at import (_set_python_paths):
  *   PY_ALLREDUCE  fn(comm, obj, op code) for what is not a buffer (torch tensors):
  *                 obj, or None for "not mine either";
- *   PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL  fn(comm, *args, **kw), the Comm method
+ *   PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_REDUCE_SCATTER  fn(comm, *args, **kw), the Comm method
  *                 itself for anything but buffers and plain arguments (tensors, a recv
  *                 to make, names and ints to convert or refuse). */
-enum { PY_ALLREDUCE, PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_PATHS };
+enum { PY_ALLREDUCE, PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_REDUCE_SCATTER, PY_PATHS };
 static PyObject *python_path[PY_PATHS];
 
 static PyObject *mod_set_python_paths(PyObject *m, PyObject *args)
 {
     (void)m;
     PyObject *fn[PY_PATHS];
-    if (!PyArg_ParseTuple(args, "OOOO", &fn[0], &fn[1], &fn[2], &fn[3]))
+    if (!PyArg_ParseTuple(args, "OOOOO", &fn[0], &fn[1], &fn[2], &fn[3], &fn[4]))
         return NULL;
     for (int i = 0; i < PY_PATHS; i++)
         if (!PyCallable_Check(fn[i])) {
-            PyErr_SetString(PyExc_TypeError, "_set_python_paths needs four callables");
+            PyErr_SetString(PyExc_TypeError, "_set_python_paths needs five callables");
             return NULL;
         }
     for (int i = 0; i < PY_PATHS; i++)
@@ -795,6 +804,42 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *const *args, Py_ssize
     return send_recv_call(self, PY_ALLTOALL, args, n, kwnames);
 }
 
+/* reduce_scatter(send, recv=None, op="sum") -> recv: send and recv buffers of one
+ * dtype lockstep reduces, C-contiguous, recv writable and one block of send; anything
+ * else (tensors, a recv to make, errors to explain) goes to the Python path. */
+static PyObject *comm_reduce_scatter(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    static const char *const names[] = {"send", "recv", "op"};
+    PyObject *a[3], *bad;
+    if (named_args(args, n, kwnames, names, 3, a, &bad) != 0 || !a[0])
+        return misfit(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    int op = name_code(a[2], op_names, 3, LOCKSTEP_SUM);
+    if (op < 0 || !a[1] || !PyObject_CheckBuffer(a[0]) || !PyObject_CheckBuffer(a[1]) || !self->comm ||
+        self->closed)
+        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    Py_buffer s, r;
+    if (PyObject_GetBuffer(a[0], &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    }
+    if (PyObject_GetBuffer(a[1], &r, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&s);
+        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    }
+    int dt = dtype_of(&s), size = lockstep_comm_size(self->comm);
+    int fits = dt >= 0 && dtype_of(&r) == dt && s.len % (s.itemsize * size) == 0 && r.len == s.len / size;
+    PyObject *out = NULL;
+    if (fits)
+        out = returned(reduce_scatter_bytes(self, self->comm, s.buf, r.buf, r.len / r.itemsize, dt, op), a[1]);
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&r);
+    if (fits)
+        return out;
+    PyErr_Clear(); /* dtype_of's TypeError, if any: the Python path says what to fix */
+    return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+}
+
 /* The _ptr entry points' arguments: n addresses and byte lengths (n pairs), then the
  * ints that follow (root, order, xfer); -1 with an exception (the call refused). */
 static int ptr_args(CommObject *self, PyObject *const *args, Py_ssize_t n, int pairs, int ints, const char *usage,
@@ -973,6 +1018,8 @@ static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
+    {"reduce_scatter", (PyCFunction)(void (*)(void))comm_reduce_scatter, METH_FASTCALL | METH_KEYWORDS,
+     "reduce_scatter(send, recv=None, op=\"sum\") -> recv"},
     {"reduce_scatter_ptr", (PyCFunction)(void (*)(void))comm_reduce_scatter_ptr, METH_FASTCALL,
      "reduce_scatter_ptr(send address, recv address, count, dtype, op)"},
     {"broadcast", (PyCFunction)(void (*)(void))comm_broadcast, METH_FASTCALL | METH_KEYWORDS,
@@ -1081,7 +1128,7 @@ static PyMethodDef mod_methods[] = {
     {"reduce_isa", mod_reduce_isa, METH_NOARGS,
      "reduce_isa() -> 'avx512', 'avx2' or 'base': the reduction kernels' instruction set in this process"},
     {"_set_python_paths", mod_set_python_paths, METH_VARARGS,
-     "_set_python_paths(allreduce_other, broadcast, allgather, alltoall): the package's paths"},
+     "_set_python_paths(allreduce_other, broadcast, allgather, alltoall, reduce_scatter): the package's paths"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_lockstep", NULL, -1, mod_methods,

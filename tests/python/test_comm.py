@@ -172,6 +172,22 @@ def spellings_body(rank, size, job):
             assert c.alltoall(blocks, got) is got and got.tolist() == want
             assert c.alltoall(send=blocks).tolist() == want and c.alltoall(blocks, recv=got).tolist() == want
             assert lockstep.Comm.broadcast(c, b, root) is b and lockstep.Comm.alltoall(c, blocks, got) is got
+            op = ("sum", _Name("max"), "min")[i % 3]
+            every = np.stack([np.arange(2 * size, dtype=np.float32) * (i + 1) + x for x in range(size)])
+            want = getattr(every, op)(axis=0)[2 * rank:2 * rank + 2].tolist()
+            mine = every[rank].copy()
+            if rank == 0 and torch is not None:  # the Python path (tensors), the others C's, in one call
+                mine = torch.from_numpy(mine)
+            out = [c.reduce_scatter(mine, op=op), c.reduce_scatter(mine, None, op)][i % 2]
+            assert out.tolist() == want
+            recv = mine[:2].clone() if rank == 0 and torch is not None else np.zeros(2, np.float32)
+            assert c.reduce_scatter(send=mine, recv=recv, op=op) is recv and recv.tolist() == want
+        import array
+        got = array.array("i", [0, 0])  # with recv, any buffer of such items; without, numpy or torch
+        assert c.reduce_scatter(array.array("i", range(2 * size)), got) is got
+        assert got.tolist() == [size * 2 * rank, size * (2 * rank + 1)]
+        with pytest.raises(TypeError, match="numpy array or a torch CPU tensor, not array"):
+            c.reduce_scatter(array.array("i", range(2 * size)))
         if torch is not None:  # tensors through the Python path, mixed with arrays
             t = torch.full((4,), float(rank))
             assert c.broadcast(t, root=root) is t and t.tolist() == [float(root)] * 4
@@ -187,6 +203,8 @@ def spellings_body(rank, size, job):
             c.broadcast(np.zeros(2))
         with pytest.raises(lockstep.CommError, match="closed"):
             c.alltoall(np.zeros(size), np.zeros(size))
+        with pytest.raises(lockstep.CommError, match="closed"):
+            c.reduce_scatter(np.zeros(size, np.float32))
     return True
 
 
@@ -642,6 +660,10 @@ def refuse_body(rank, size, job):
         (lambda c: c.alltoall(), lambda c: c.alltoall(np.zeros(size * 4, np.uint8)), TypeError),
         (lambda c: c.alltoall(np.zeros(size * 4, np.uint8), order="linear"),
          lambda c: c.alltoall(np.zeros(size * 4, np.uint8)), TypeError),
+        (lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), recvv=None),
+         lambda c: c.reduce_scatter(np.ones(size * 2, np.float32)), TypeError),
+        (lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.float16)),
+         lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.float32)), ValueError),
     ]
     if torch is not None:
         calls.append((lambda c: c.allreduce(torch.ones(4, dtype=torch.float64)),

@@ -223,8 +223,6 @@ def _allreduce_other(c, buf, code):
     return buf
 
 
-
-
 def _tensor_bytes(t):
     """A contiguous torch tensor's memory as a 1-D uint8 tensor (a view). torch calls a
     tensor of one element, or of none, contiguous whatever its stride (x[:, 0] of a
@@ -389,9 +387,10 @@ class Comm:
         allreduce: the same dtypes and ops, f16/bf16 in f32, the same bits whichever
         rank computes them); returns recv. send (numpy array or torch CPU tensor,
         C-contiguous) holds size equal blocks, block r for rank r; recv holds one block
-        of the same dtype, and may be this rank's block of send. Without recv, a new
-        one: send's shape with its first dimension divided by size when it divides,
-        else 1-D."""
+        of the same dtype, and may be this rank's block of send (with recv given,
+        any C-contiguous buffers of those dtypes will do). Without recv, a new one:
+        send's shape with its first dimension divided by size when it divides, else
+        1-D."""
         return self._c.reduce_scatter(send, recv, op)
 
     def peers(self, order="linear"):

@@ -476,7 +476,8 @@ static PyObject *to_python(CommObject *self, int which, PyObject *const *args, P
     if (!all)
         return PyErr_NoMemory();
     all[0] = (PyObject *)self;
-    memcpy(all + 1, args, (size_t)total * sizeof *args);
+    if (total)
+        memcpy(all + 1, args, (size_t)total * sizeof *args);
     PyObject *r = PyObject_Vectorcall(python_path[which], all, (size_t)n + 1, kwnames);
     if (all != local)
         PyMem_Free(all);
@@ -726,12 +727,7 @@ static PyObject *comm_alltoall_buf(CommObject *self, PyObject *args)
     return out;
 }
 
-/* The Comm methods themselves, bound on each Comm by the package: buffers (numpy
- * arrays, bytes...) with plain arguments (an int root in range, order and xfer by
- * name) run here without a Python frame; anything else goes to the Python path with
- * the caller's arguments (tensors, a recv to make, what to convert or refuse). A
- * closed Comm too, so that bad arguments raise there as they would on an open one. */
-/* Arguments that do not fit the method's parameters: its Python path raises the
+/* Arguments that do not fit a method's parameters: its Python path raises the
  * TypeError Python gives for them, and this rank refuses the call. */
 static PyObject *misfit(CommObject *self, int which, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {
@@ -739,6 +735,10 @@ static PyObject *misfit(CommObject *self, int which, PyObject *const *args, Py_s
     return r ? r : refused(self);
 }
 
+/* The Comm methods themselves, bound on each Comm by the package: buffers (numpy
+ * arrays, bytes...) with plain arguments (an int root in range, order and xfer by
+ * name) run here without a Python frame; anything else goes to the Python path with
+ * the caller's arguments (tensors, a recv to make, what to convert or refuse). */
 static PyObject *comm_broadcast(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {
     static const char *const names[] = {"buf", "root", "order", "xfer"};
@@ -746,7 +746,9 @@ static PyObject *comm_broadcast(CommObject *self, PyObject *const *args, Py_ssiz
     int root = 0, overflow = 0, order, xfer;
     if (named_args(args, n, kwnames, names, 4, a, &bad) != 0 || !a[0])
         return misfit(self, PY_BROADCAST, args, n, kwnames);
-    if (!PyObject_CheckBuffer(a[0]) || !self->comm || self->closed)
+    if (!live(self))
+        return NULL;
+    if (!PyObject_CheckBuffer(a[0]))
         return to_python(self, PY_BROADCAST, args, n, kwnames);
     if (a[1]) {
         long v = PyLong_CheckExact(a[1]) ? PyLong_AsLongAndOverflow(a[1], &overflow) : -1;
@@ -775,7 +777,9 @@ static PyObject *send_recv_call(CommObject *self, int which, PyObject *const *ar
     PyObject *a[4], *bad;
     if (named_args(args, n, kwnames, names, which == PY_ALLGATHER ? 4 : 2, a, &bad) != 0 || !a[0])
         return misfit(self, which, args, n, kwnames);
-    if (!a[1] || !PyObject_CheckBuffer(a[0]) || !PyObject_CheckBuffer(a[1]) || !self->comm || self->closed)
+    if (!live(self))
+        return NULL;
+    if (!a[1] || !PyObject_CheckBuffer(a[0]) || !PyObject_CheckBuffer(a[1]))
         return to_python(self, which, args, n, kwnames);
     int order = 0, xfer = 0;
     if (which == PY_ALLGATHER) {
@@ -813,30 +817,26 @@ static PyObject *comm_reduce_scatter(CommObject *self, PyObject *const *args, Py
     PyObject *a[3], *bad;
     if (named_args(args, n, kwnames, names, 3, a, &bad) != 0 || !a[0])
         return misfit(self, PY_REDUCE_SCATTER, args, n, kwnames);
-    int op = name_code(a[2], op_names, 3, LOCKSTEP_SUM);
-    if (op < 0 || !a[1] || !PyObject_CheckBuffer(a[0]) || !PyObject_CheckBuffer(a[1]) || !self->comm ||
-        self->closed)
-        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    if (!live(self))
+        return NULL;
+    int op = name_code(a[2], op_names, 3, LOCKSTEP_SUM), size = lockstep_comm_size(self->comm);
     Py_buffer s, r;
-    if (PyObject_GetBuffer(a[0], &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        PyErr_Clear();
-        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
-    }
-    if (PyObject_GetBuffer(a[1], &r, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        PyErr_Clear();
+    if (op >= 0 && a[1] && PyObject_GetBuffer(a[0], &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        int fits = 0;
+        PyObject *out = NULL;
+        if (PyObject_GetBuffer(a[1], &r, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+            int dt = dtype_of(&s);
+            fits = dt >= 0 && dtype_of(&r) == dt && s.len % (s.itemsize * size) == 0 && r.len == s.len / size;
+            if (fits)
+                out = returned(reduce_scatter_bytes(self, self->comm, s.buf, r.buf, r.len / r.itemsize, dt, op),
+                               a[1]);
+            PyBuffer_Release(&r);
+        }
         PyBuffer_Release(&s);
-        return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+        if (fits)
+            return out;
     }
-    int dt = dtype_of(&s), size = lockstep_comm_size(self->comm);
-    int fits = dt >= 0 && dtype_of(&r) == dt && s.len % (s.itemsize * size) == 0 && r.len == s.len / size;
-    PyObject *out = NULL;
-    if (fits)
-        out = returned(reduce_scatter_bytes(self, self->comm, s.buf, r.buf, r.len / r.itemsize, dt, op), a[1]);
-    PyBuffer_Release(&s);
-    PyBuffer_Release(&r);
-    if (fits)
-        return out;
-    PyErr_Clear(); /* dtype_of's TypeError, if any: the Python path says what to fix */
+    PyErr_Clear(); /* the buffer protocol's or dtype_of's error, if any: the Python path says what to fix */
     return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
 }
 

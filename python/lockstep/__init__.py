@@ -492,6 +492,7 @@ def _alltoall(c, send, recv=None):
 def _reduce_scatter(c, send, recv=None, op="sum"):
     if recv is None:
         try:
+            _code(_OPS, op, "op")  # checked first, as with recv
             recv = _rs_recv(send, c.size)
         except (TypeError, ValueError):
             c.refuse()
@@ -553,4 +554,8 @@ def _rs_operand(a, what, writable):
     return code, a.size
 
 
+for _name in _C_METHODS[1:]:  # Python's own errors for arguments that fit no parameter name the method
+    _path = globals()["_" + _name]
+    _path.__qualname__ = f"Comm.{_name}"
+    _path.__code__ = _path.__code__.replace(co_name=_name)
 _lockstep._set_python_paths(_allreduce_other, _broadcast, _allgather, _alltoall, _reduce_scatter)

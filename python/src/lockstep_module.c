@@ -944,39 +944,68 @@ static PyObject *comm_peers(CommObject *self, PyObject *arg)
     return list;
 }
 
-/* bench_allreduce(count, iters) -> mean ns per C call: the reference the Python call's
- * overhead is measured against (lockstep bench comm, python_overhead rows). Every rank
- * must make the same call. */
-static PyObject *comm_bench_allreduce(CommObject *self, PyObject *args)
+/* bench_call(call, count, iters) -> mean ns per C call of call ("allreduce",
+ * "broadcast", "allgather", "alltoall" or "reduce_scatter", root 0, f32 sum) on count
+ * floats (the Python call's buffer: allgather's send, alltoall's and reduce_scatter's
+ * send of size blocks): the reference the Python call's overhead is measured against
+ * (lockstep bench comm, python_overhead rows). Every rank must make the same call. */
+static PyObject *comm_bench_call(CommObject *self, PyObject *args)
 {
+    static const char *const calls[] = {"allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter"};
+    PyObject *name;
     Py_ssize_t count, iters;
-    if (!PyArg_ParseTuple(args, "nn", &count, &iters))
+    if (!PyArg_ParseTuple(args, "Unn", &name, &count, &iters))
         return NULL;
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
-    if (count < 0 || count > (1 << 24) || iters < 1) {
-        PyErr_SetString(PyExc_ValueError, "need 0 <= count <= 2**24 and iters >= 1");
+    int call = name_code(name, calls, 5, -1);
+    size_t size = (size_t)lockstep_comm_size(c);
+    if (call < 0 || count < 0 || count > (1 << 24) || iters < 1 || (call >= 3 && (size_t)count % size)) {
+        PyErr_SetString(PyExc_ValueError, "bench_call needs a call (allreduce, broadcast, allgather, alltoall, "
+                        "reduce_scatter), 0 <= count <= 2**24 (alltoall, reduce_scatter: a multiple of the size) "
+                        "and iters >= 1");
         return NULL;
     }
-    float *buf = PyMem_Calloc((size_t)count + 1, sizeof(float));
-    if (!buf)
+    size_t n = (size_t)count, bytes = n * sizeof(float);
+    float *send = PyMem_Calloc(n + 1, sizeof(float)), *recv = PyMem_Calloc(n * size + 1, sizeof(float));
+    if (!send || !recv) {
+        PyMem_Free(send);
+        PyMem_Free(recv);
         return PyErr_NoMemory();
+    }
     int rc = 0;
-    if (enter(self, "bench_allreduce") != 0) {
-        PyMem_Free(buf);
+    if (enter(self, "bench_call") != 0) {
+        PyMem_Free(send);
+        PyMem_Free(recv);
         return NULL;
     }
     uint64_t t0 = lockstep_now_ns();
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < iters && rc == 0; i++)
-        rc = lockstep_comm_allreduce(c, buf, buf, (size_t)count, LOCKSTEP_F32, LOCKSTEP_SUM);
-    Py_END_ALLOW_THREADS
-    leave(self);
+    for (Py_ssize_t i = 0; i < iters && rc == 0; i++) {
+        switch (call) { /* as the Python calls do it: the GIL kept for short ones (RUN_CALL) */
+        case 0:
+            RUN_CALL(bytes, rc = lockstep_comm_allreduce(c, send, send, n, LOCKSTEP_F32, LOCKSTEP_SUM));
+            break;
+        case 1:
+            RUN_CALL(bytes, rc = lockstep_comm_broadcast(c, send, bytes, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL));
+            break;
+        case 2:
+            RUN_CALL(bytes * size, rc = lockstep_comm_allgather(c, send, recv, bytes, LOCKSTEP_ORDER_LINEAR,
+                                                                 LOCKSTEP_PULL));
+            break;
+        case 3:
+            RUN_CALL(bytes, rc = lockstep_comm_alltoall(c, send, recv, bytes / size));
+            break;
+        default:
+            RUN_CALL(bytes, rc = lockstep_comm_reduce_scatter(c, send, recv, n / size, LOCKSTEP_F32, LOCKSTEP_SUM));
+        }
+    }
     uint64_t dt = lockstep_now_ns() - t0;
-    PyMem_Free(buf);
+    leave(self);
+    PyMem_Free(send);
+    PyMem_Free(recv);
     if (rc)
-        return raise_code(rc, "allreduce");
+        return raise_code(rc, calls[call]);
     return PyFloat_FromDouble((double)dt / (double)iters);
 }
 
@@ -1042,7 +1071,8 @@ static PyMethodDef comm_methods[] = {
     {"refuse", (PyCFunction)comm_refuse, METH_NOARGS,
      "refuse(): take this rank's turn in the next collective only to refuse it (bad arguments)"},
     {"peers", (PyCFunction)comm_peers, METH_O, "peers(order) -> the other ranks, in the order a broadcast visits them"},
-    {"bench_allreduce", (PyCFunction)comm_bench_allreduce, METH_VARARGS, "bench_allreduce(count, iters) -> ns per C call"},
+    {"bench_call", (PyCFunction)comm_bench_call, METH_VARARGS,
+     "bench_call(call, count, iters) -> ns per C call (allreduce, broadcast, allgather, alltoall, reduce_scatter)"},
     {"close", (PyCFunction)comm_close, METH_NOARGS, "close()"},
     {NULL, NULL, 0, NULL}};
 

@@ -231,6 +231,26 @@ def test_a_subclass_keeps_its_own_methods():
         assert c.allgather == c._c.allgather
 
 
+def bench_call_body(rank, size, job):
+    """The C reference of the benchmark's Python-overhead rows times each call, and
+    refuses what it cannot time."""
+    with lockstep.Comm(job, rank, size, timeout=60) as c:
+        for call in ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter"):
+            assert c._c.bench_call(call, 16, 10) > 0
+        for args in (("gather", 16, 1), ("allreduce", -1, 1), ("allreduce", 16, 0), ("alltoall", 15, 1),
+                     ("reduce_scatter", 2**25, 1)):
+            with pytest.raises(ValueError, match="bench_call needs a call"):
+                c._c.bench_call(*args)
+        with pytest.raises(TypeError):
+            c._c.bench_call(b"allreduce", 16, 1)
+        assert c.allreduce(np.full(2, rank, np.int32)).tolist() == [size * (size - 1) // 2] * 2
+    return True
+
+
+def test_the_benchmarks_c_reference_times_every_call():
+    run_ranks(bench_call_body, 2)
+
+
 def starve_body(rank, size, job):
     """A short broadcast keeps the GIL while it runs, but while it waits for a late
     peer other threads of its process still run: here one that watches for the call

@@ -33,6 +33,11 @@ def test_targets_met_missed_and_absent():
         row("python_overhead_2r", "c", 64, 0.2), row("python_overhead_2r", "python", 64, 0.5),
         row("python_overhead_4r", "c", 64, 1.0), row("python_overhead_4r", "python", 64, 2.75),
         row("python_overhead_8r", "python", 64, 1.0),  # no C row: not measured
+        row("python_overhead_2r", "c-broadcast", 64, 0.25), row("python_overhead_2r", "python-broadcast", 64, 0.375),
+        row("python_overhead_2r", "python-allgather", 64, 0.5),  # no C row: no line
+        row("python_overhead_8r", "c-reduce_scatter", 64, 2.0),
+        row("python_overhead_8r", "python-reduce_scatter", 64, 2.5),  # a line without the allreduce rows
+        row("python_overhead_2r", "c-alltoall", 4096, 0.25), row("python_overhead_2r", "python-alltoall", 4096, 1.0),
     ]
     assert m.comm_targets(rows) == [
         "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: met at all 2 sizes (worst 0.70x at 4 B)",
@@ -40,8 +45,10 @@ def test_targets_met_missed_and_absent():
         "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x",
         "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI: met at all 2 sizes (worst 0.40x at 64 B)",
         "python_overhead_2r, 64 B, Python's allreduce <= 1.5 us over the C call: met (0.30 us)",
+        "python_overhead_2r, 64 B, Python's broadcast: 0.12 us over the C call",
         "python_overhead_4r, 64 B, Python's allreduce <= 1.5 us over the C call: missed (1.75 us)",
         "python_overhead_8r, 64 B, Python's allreduce <= 1.5 us over the C call: not measured",
+        "python_overhead_8r, 64 B, Python's reduce_scatter: 0.50 us over the C call",
     ]
 
 

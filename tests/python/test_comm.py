@@ -146,11 +146,12 @@ class _Name(str):
 
 
 def spellings_body(rank, size, job):
-    """Every way of passing broadcast's, allgather's and alltoall's arguments gives the
-    same result: buffers with plain arguments run in C, the rest (numpy and str roots,
-    a recv to make, tensors) through Python. In each call the ranks spell the root
-    differently, so C and Python paths meet in one call and must agree on the codes
-    (an xfer that differs between ranks is a MismatchError)."""
+    """Every way of passing broadcast's, allgather's, alltoall's and reduce_scatter's
+    arguments gives the same result: buffers with plain arguments run in C, the rest
+    (numpy and str roots, a recv to make, tensors) through Python. In one call the
+    ranks spell the root differently, or rank 0 passes tensors, so C and Python paths
+    meet and must agree on the codes (an xfer that differs between ranks is a
+    MismatchError, an op a wrong result)."""
     root = size - 1
     roots = [root, np.int64(root), str(root), np.int32(root)]
     orders = [{}, {"order": "rotated"}, {"order": _Name("topology"), "xfer": "push"}, {"xfer": _Name("pull")},

@@ -285,7 +285,13 @@ class Comm:
 
     timeout: the deadline of every wait, in seconds (a number or a datetime.timedelta);
     None or infinity for none. The C layer holds up to 49.7 days; longer ones are cut
-    to that."""
+    to that.
+
+    Each Comm binds the extension's methods of the same names over allreduce,
+    broadcast, allgather, alltoall and reduce_scatter (not over a subclass's own): for
+    numpy arrays with plain arguments (an int root, names for op, order and xfer, a
+    recv given) the whole call runs in C (16 floats at 2 ranks: 0.13-0.25 us over the
+    C call alone); the rest (torch tensors, a recv to make) goes on in Python."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
                  small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,
@@ -322,8 +328,7 @@ class Comm:
 
     def allreduce(self, buf, op="sum"):
         """Reduce buf over all ranks, in place, and return it. op: "sum", "max" or "min".
-        Every rank gets identical bits. (Each Comm binds the C method of the same name
-        over this one: for a numpy array the whole call runs in C.)"""
+        Every rank gets identical bits."""
         return self._c.allreduce(buf, op)
 
     def buffer(self, shape, dtype="float32", offset=0):

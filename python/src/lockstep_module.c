@@ -213,6 +213,13 @@ static void leave(CommObject *self)
     free_when_done(self);
 }
 
+/* The end of a call that entered: leave, then None, or rc's exception naming what */
+static PyObject *left(CommObject *self, int rc, const char *what)
+{
+    leave(self);
+    return rc ? raise_code(rc, what) : Py_NewRef(Py_None);
+}
+
 /* A collective this rank rejects before lockstep sees it (a bad buffer or op) still
  * takes its turn, refused (lockstep_comm_refuse), so that the peers' call ends at once
  * with PeerArgumentError instead of at the deadline. Not when the Comm is closed or
@@ -335,10 +342,7 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
         return NULL;
     RUN_CALL((size_t)count * lockstep_dtype_size((lockstep_dtype_t)dt),
              rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
-    leave(self);
-    if (rc)
-        return raise_code(rc, "allreduce");
-    Py_RETURN_NONE;
+    return left(self, rc, "allreduce");
 }
 
 static int ls_py_overlap(const void *a, const void *b, Py_ssize_t n)
@@ -608,10 +612,7 @@ static PyObject *broadcast_bytes(CommObject *self, lockstep_comm_t *c, void *buf
         return NULL;
     RUN_CALL(len, rc = lockstep_comm_broadcast(c, buf, (size_t)len, root, (lockstep_order_t)order,
                                                (lockstep_xfer_t)xfer));
-    leave(self);
-    if (rc)
-        return raise_code(rc, "broadcast");
-    Py_RETURN_NONE;
+    return left(self, rc, "broadcast");
 }
 
 static PyObject *allgather_bytes(CommObject *self, lockstep_comm_t *c, const void *send, Py_ssize_t slen,
@@ -631,10 +632,7 @@ static PyObject *allgather_bytes(CommObject *self, lockstep_comm_t *c, const voi
         return NULL;
     RUN_CALL(rlen, rc = lockstep_comm_allgather(c, send, recv, (size_t)slen, (lockstep_order_t)order,
                                                 (lockstep_xfer_t)xfer));
-    leave(self);
-    if (rc)
-        return raise_code(rc, "allgather");
-    Py_RETURN_NONE;
+    return left(self, rc, "allgather");
 }
 
 static PyObject *alltoall_bytes(CommObject *self, lockstep_comm_t *c, const void *send, Py_ssize_t slen,
@@ -651,10 +649,7 @@ static PyObject *alltoall_bytes(CommObject *self, lockstep_comm_t *c, const void
     if (enter(self, "alltoall") != 0)
         return NULL;
     RUN_CALL(slen, rc = lockstep_comm_alltoall(c, send, recv, (size_t)(slen / size)));
-    leave(self);
-    if (rc)
-        return raise_code(rc, "alltoall");
-    Py_RETURN_NONE;
+    return left(self, rc, "alltoall");
 }
 
 static PyObject *comm_broadcast_buf(CommObject *self, PyObject *args)
@@ -920,10 +915,7 @@ static PyObject *comm_barrier(CommObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = lockstep_comm_barrier(c);
     Py_END_ALLOW_THREADS
-    leave(self);
-    if (rc)
-        return raise_code(rc, "barrier");
-    Py_RETURN_NONE;
+    return left(self, rc, "barrier");
 }
 
 static PyObject *comm_peers(CommObject *self, PyObject *arg)

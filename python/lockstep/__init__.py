@@ -100,7 +100,7 @@ _XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
 _POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
 _OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
-_TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled lazily
+_TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled by _torch_seen
 
 
 def _int_arg(value, what, bits=31):
@@ -135,19 +135,24 @@ def _code(table, value, what):
 
 def _check_tensor(t):
     """A torch tensor lockstep can hand to C: in CPU memory and contiguous."""
-    if not t.is_cpu:  # (t.device costs ~0.8 us per call; is_cpu a tenth of that)
+    if not t.is_cpu:
         raise ValueError(f"lockstep needs CPU tensors; this one is on {t.device} (use .cpu())")
+    if t.layout != _sys.modules["torch"].strided:  # sparse, mkldnn (contiguous, but without a data pointer)
+        raise ValueError(f"lockstep needs a dense tensor; this one's layout is {t.layout} (use .to_dense())")
     if not t.is_contiguous():
-        if t.layout != _sys.modules["torch"].strided:  # sparse, mkldnn: only here, off the fast path
-            raise ValueError(f"lockstep needs a dense tensor; this one's layout is {t.layout} (use .to_dense())")
         raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
 
 
+def _torch_seen(torch):
+    """The first tensor: its dtypes' codes, and the C methods take plain tensors
+    themselves from now on."""
+    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.int32)  # lockstep's codes 0-3
+    _TORCH_DTYPES.update((dtype, code) for code, dtype in enumerate(dtypes))
+    _lockstep._set_torch(torch.Tensor, dtypes)
+
+
 def _torch_code(t, what="allreduce"):
-    if not _TORCH_DTYPES:
-        import torch
-        _TORCH_DTYPES.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32: 3})
-    code = _TORCH_DTYPES.get(t.dtype)
+    code = _TORCH_DTYPES.get(t.dtype)  # filled: t went through _is_tensor
     if code is None:
         raise TypeError(f"{what} supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
     _check_tensor(t)
@@ -189,6 +194,8 @@ def _is_tensor(obj):
         # a wrapper subclass (DTensor, FakeTensor...): its memory, if any, is not its data
         raise TypeError(f"lockstep needs tensors that hold their data; a {t.__name__} handles its own operations "
                         f"(for a DTensor, pass this rank's shard, .to_local())")
+    if not _TENSOR_TYPES:
+        _torch_seen(torch)
     _TENSOR_TYPES.add(t)  # plain tensors and subclasses that keep them (nn.Parameter, users')
     return True
 
@@ -289,9 +296,11 @@ class Comm:
 
     Each Comm binds the extension's methods of the same names over allreduce,
     broadcast, allgather, alltoall and reduce_scatter (not over a subclass's own): for
-    numpy arrays with plain arguments (an int root, names for op, order and xfer, a
-    recv given) the whole call runs in C (16 floats at 2 ranks: 0.13-0.25 us over the
-    C call alone); the rest (torch tensors, a recv to make) goes on in Python."""
+    numpy arrays and plain torch CPU tensors with plain arguments (an int root, names
+    for op, order and xfer, a recv given) the whole call runs in C (16 floats at 2
+    ranks: 0.13-0.25 us over the C call alone for numpy, 0.2-0.5 for tensors, whose
+    attributes cost); the rest (tensor subclasses, a tensor that requires grad to write
+    into, a recv to make) goes on in Python."""
 
     def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
                  small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,

@@ -689,8 +689,20 @@ def refuse_body(rank, size, job):
          lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.float32)), ValueError),
     ]
     if torch is not None:
-        calls.append((lambda c: c.allreduce(torch.ones(4, dtype=torch.float64)),
-                      lambda c: c.allreduce(torch.ones(4)), TypeError))
+        t4 = torch.ones(4)
+        calls += [
+            (lambda c: c.allreduce(torch.ones(4, dtype=torch.float64)), lambda c: c.allreduce(t4), TypeError),
+            # contiguous to torch, but without a data pointer: refused, not torch's RuntimeError
+            (lambda c: c.allreduce(torch.ones(2, 2).to_mkldnn()), lambda c: c.allreduce(t4), ValueError),
+            (lambda c: c.broadcast(torch.ones(4, 2)[:, 0]), lambda c: c.broadcast(t4), ValueError),
+            # plain tensors, taken in C, refused there
+            (lambda c: c.allgather(t4, torch.zeros(size * 4 - 1)), lambda c: c.allgather(t4, torch.zeros(size, 4)),
+             ValueError),
+            (lambda c: c.alltoall(torch.zeros(size * 2), torch.zeros(size * 2 + 1)),
+             lambda c: c.alltoall(torch.zeros(size * 2), torch.zeros(size * 2)), ValueError),
+            (lambda c: c.reduce_scatter(torch.ones(size * 2), torch.zeros(2, dtype=torch.int32)),
+             lambda c: c.reduce_scatter(torch.ones(size * 2), torch.zeros(2)), ValueError),
+        ]
     with lockstep.Comm(job, rank, size, timeout=60) as c:
         for mine, theirs, err in calls:
             with pytest.raises(err if bad else lockstep.PeerArgumentError):
@@ -1095,6 +1107,74 @@ def test_torch_tensors_including_bfloat16():
                     call(fake)
         return True
     run_ranks(body, 2)
+
+
+def tensor_routes_body(rank, size, job):
+    """Which calls reach the Python paths: none for plain CPU tensors (after the first
+    tensor, which tells the extension about torch), each for the others."""
+    from lockstep import _lockstep as ext
+    names = ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter")
+    paths = (lockstep._allreduce_other, lockstep._broadcast, lockstep._allgather, lockstep._alltoall,
+             lockstep._reduce_scatter)
+    seen = []
+
+    def spy(name, fn):
+        def through(*args, **kw):
+            seen.append(name)
+            return fn(*args, **kw)
+        return through
+    ext._set_python_paths(*(spy(n, f) for n, f in zip(names, paths)))
+    try:
+        with lockstep.Comm(job, rank, size) as c:
+            c.allreduce(torch.ones(1))
+            seen.clear()
+            total = size * (size + 1) // 2
+            for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32):
+                t = torch.full((5, 3), rank + 1, dtype=dt)
+                version = t._version
+                assert c.allreduce(t, op="sum") is t and (t == total).all(), dt
+                assert t._version == version  # not in a graph: left alone, as in Python
+                assert c.allreduce(t.fill_(rank), "max") is t and (t == size - 1).all(), dt
+                part = torch.zeros(3, dtype=dt)
+                assert c.reduce_scatter(torch.full((size, 3), rank + 1, dtype=dt), part) is part
+                assert (part == total).all(), dt
+            b = torch.full((7,), float(rank))
+            assert c.broadcast(b, size - 1) is b and (b == size - 1).all()
+            with torch.inference_mode():
+                b = torch.full((7,), float(rank), dtype=torch.float64)
+                assert c.broadcast(b, root=0, order="rotated", xfer="push") is b and (b == 0).all()
+            grad = torch.full((2,), float(rank), requires_grad=True)  # only read: taken in C
+            into = torch.zeros(size, 2)
+            assert c.allgather(grad, into) is into and into.tolist() == [[float(r)] * 2 for r in range(size)]
+            mixed = np.zeros((size, 2), np.float32)
+            assert c.allgather(grad.detach(), mixed) is mixed and mixed.tolist() == into.tolist()
+            got = torch.zeros(size, dtype=torch.int64)
+            assert c.alltoall(torch.arange(size) + 10 * rank, got) is got
+            assert got.tolist() == [10 * k + rank for k in range(size)]
+            assert seen == []
+            # the rest goes through Python, with the same results
+            p = torch.nn.Parameter(torch.full((3,), rank + 1.0), requires_grad=False)  # a subclass
+            assert c.allreduce(p) is p and p.tolist() == [float(total)] * 3
+            w = torch.full((3,), rank + 1.0, requires_grad=True)
+            with torch.no_grad():
+                version = w._version
+                assert c.broadcast(w, 0) is w and w.tolist() == [1.0] * 3
+                assert w._version > version  # written in a graph: bumped, as torch's in-place ops do
+            assert c.allgather(torch.ones(2)).shape == (size, 2)  # a recv to make
+            assert c.reduce_scatter(torch.ones(size)).tolist() == [float(size)]
+            assert c.alltoall(torch.ones(size, 2, dtype=torch.int32)).shape == (size, 2)
+            with pytest.raises(ValueError, match="contiguous"):
+                c.allreduce(torch.ones(4, 2)[:, 0])
+            assert seen == ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "allreduce"]
+    finally:
+        ext._set_python_paths(*paths)
+    return True
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+@pytest.mark.parametrize("size", [1, 3])
+def test_plain_tensors_run_in_c_and_the_rest_in_python(size):
+    run_ranks(tensor_routes_body, size)
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")

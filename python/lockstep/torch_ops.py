@@ -45,8 +45,8 @@ which torch's custom ops cannot give a backward for.
 
 The op is defined through torch.library.Library (a schema and one kernel) rather than
 the torch.library.custom_op decorator, whose Python autograd and view-tracking layers
-cost about 20 us per eager call; this way an eager call costs about 3 us more than
-comm.allreduce(tensor).
+cost about 20 us per eager call; this way an eager call costs about 1.8 us more than
+comm.allreduce(tensor) (torch's dispatch to a Python kernel, most of it).
 """
 import torch
 

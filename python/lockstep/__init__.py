@@ -573,3 +573,4 @@ for _name in _C_METHODS[1:]:  # Python's own errors for arguments that fit no pa
     _path.__qualname__ = f"Comm.{_name}"
     _path.__code__ = _path.__code__.replace(co_name=_name)
 _lockstep._set_python_paths(_allreduce_other, _broadcast, _allgather, _alltoall, _reduce_scatter)
+_lockstep._set_numpy(_np.ndarray, _np.empty)

@@ -396,11 +396,37 @@ static PyObject *comm_reduce_scatter_ptr(CommObject *self, PyObject *const *args
     return reduce_scatter_bytes(self, c, send, recv, count, (int)dt, (int)op);
 }
 
+/* Whether a buffer's items are (or hold) Python objects: format 'O' outside the
+ * field names of a struct format ("T{O:x:i:b:}"). Their bytes are pointers, valid only
+ * in this process and without the references they stand for: no call moves them. */
+static int holds_objects(const Py_buffer *v)
+{
+    int in_name = 0;
+    for (const char *f = v->format; f && *f; f++)
+        if (*f == ':')
+            in_name = !in_name;
+        else if (*f == 'O' && !in_name)
+            return 1;
+    return 0;
+}
+
+/* holds_objects(view): release it, TypeError naming what, -1; else 0 */
+static int refuse_objects(Py_buffer *view, const char *what)
+{
+    if (!holds_objects(view))
+        return 0;
+    PyBuffer_Release(view);
+    PyErr_Format(PyExc_TypeError, "%s: this buffer holds Python objects (numpy dtype object), whose bytes are "
+                 "pointers valid only in this process; lockstep moves bytes (convert the objects to numbers, or "
+                 "send them pickled)", what);
+    return -1;
+}
+
 /* The writable C-contiguous buffer of obj, or NULL with ValueError saying what to fix. */
 static int writable_buffer(PyObject *obj, Py_buffer *view, const char *what)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0)
-        return 0;
+        return refuse_objects(view, what);
     PyErr_Clear();
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
         PyBuffer_Release(view);
@@ -475,6 +501,92 @@ static PyObject *mod_set_torch(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* numpy's ndarray type and numpy.empty, from the package at import (_set_numpy), for
+ * the recv new_recv makes */
+static PyObject *np_ndarray, *np_empty, *attr_shape, *attr_np_dtype, *attr_new_empty;
+
+static PyObject *mod_set_numpy(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *type, *empty;
+    if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &empty))
+        return NULL;
+    if (!attr_shape && !(attr_shape = PyUnicode_InternFromString("shape")))
+        return NULL;
+    if (!attr_np_dtype && !(attr_np_dtype = PyUnicode_InternFromString("dtype")))
+        return NULL;
+    if (!attr_new_empty && !(attr_new_empty = PyUnicode_InternFromString("new_empty")))
+        return NULL;
+    Py_XSETREF(np_ndarray, Py_NewRef(type));
+    Py_XSETREF(np_empty, Py_NewRef(empty));
+    Py_RETURN_NONE;
+}
+
+enum { RECV_GATHER, RECV_SAME, RECV_SCATTER };
+
+/* The shape of the recv a call makes for send's shape, as the Python paths make it
+ * (_new_like, _rs_recv): RECV_GATHER size blocks of send's shape (allgather),
+ * RECV_SAME send's shape (alltoall), RECV_SCATTER the first dimension divided by size
+ * when it divides, else 1-D of the element count divided by size (reduce_scatter).
+ * NULL with an exception. */
+static PyObject *recv_shape(PyObject *shape, int kind, int size)
+{
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (kind == RECV_SAME)
+        return Py_NewRef(shape);
+    Py_ssize_t first = nd ? PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, 0)) : 0;
+    if (first < 0 && PyErr_Occurred())
+        return NULL;
+    if (kind == RECV_SCATTER && !(nd && first % size == 0)) {
+        Py_ssize_t count = 1;
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+            if (d < 0)
+                return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "negative dimension");
+            count = d && count > PY_SSIZE_T_MAX / d ? PY_SSIZE_T_MAX : count * d;
+        }
+        return Py_BuildValue("(n)", count / size);
+    }
+    Py_ssize_t lead = kind == RECV_GATHER;
+    PyObject *want = PyTuple_New(nd + lead), *head = PyLong_FromSsize_t(lead ? size : first / size);
+    if (!want || !head) {
+        Py_XDECREF(want);
+        Py_XDECREF(head);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(want, 0, head); /* then shape[1:] (scatter), or all of shape (gather) */
+    for (Py_ssize_t k = 1; k < nd + lead; k++)
+        PyTuple_SET_ITEM(want, k, Py_NewRef(PyTuple_GET_ITEM(shape, k - lead)));
+    return want;
+}
+
+/* A new recv for a call on send that was given none, of the shape recv_shape gives
+ * and send's dtype: numpy.empty for a numpy array, new_empty for a plain torch tensor.
+ * NULL with no exception set for any other send, or when making it fails: the Python
+ * path then makes it (or says what is wrong). */
+static PyObject *new_recv(PyObject *send, int kind, int size)
+{
+    PyObject *type = (PyObject *)Py_TYPE(send), *recv = NULL, *want = NULL;
+    int numpy = np_ndarray && type == np_ndarray;
+    if (!numpy && !(attr_new_empty && torch_.type && type == torch_.type))
+        return NULL;
+    PyObject *shape = PyObject_GetAttr(send, attr_shape);
+    if (shape && PyTuple_Check(shape) && (want = recv_shape(shape, kind, size)) != NULL) {
+        if (numpy) {
+            PyObject *dtype = PyObject_GetAttr(send, attr_np_dtype);
+            recv = dtype ? PyObject_CallFunctionObjArgs(np_empty, want, dtype, NULL) : NULL;
+            Py_XDECREF(dtype);
+        } else {
+            recv = PyObject_CallMethodOneArg(send, attr_new_empty, want);
+        }
+    }
+    Py_XDECREF(shape);
+    Py_XDECREF(want);
+    if (!recv)
+        PyErr_Clear();
+    return recv;
+}
+
 /* What a call takes of an object: its memory and, when asked for, its dtype. */
 typedef struct {
     void *buf;
@@ -544,6 +656,10 @@ static int take(PyObject *obj, int how, mem_t *m)
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (how & TAKE_WRITE ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &m->view, flags) != 0) {
         PyErr_Clear();
+        return 0;
+    }
+    if (holds_objects(&m->view)) {
+        PyBuffer_Release(&m->view);
         return 0;
     }
     m->dt = how & TAKE_DTYPE ? dtype_of(&m->view) : -1;
@@ -805,12 +921,15 @@ static PyObject *comm_broadcast_buf(CommObject *self, PyObject *args)
  * or TypeError naming call and the argument to fix (nothing held then) */
 static int send_recv_buffers(PyObject *sobj, PyObject *robj, Py_buffer *s, Py_buffer *r, const char *call)
 {
-    if (PyObject_GetBuffer(sobj, s, PyBUF_C_CONTIGUOUS) != 0) {
+    char what[64];
+    if (PyObject_GetBuffer(sobj, s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "%s's send must be a C-contiguous buffer", call);
         return -1;
     }
-    char what[64];
+    snprintf(what, sizeof what, "%s's send", call);
+    if (refuse_objects(s, what) != 0)
+        return -1;
     snprintf(what, sizeof what, "%s's recv", call);
     if (writable_buffer(robj, r, what) != 0) {
         PyBuffer_Release(s);
@@ -903,8 +1022,6 @@ static PyObject *send_recv_call(CommObject *self, int which, PyObject *const *ar
         return misfit(self, which, args, n, kwnames);
     if (!live(self))
         return NULL;
-    if (!a[1])
-        return to_python(self, which, args, n, kwnames);
     int order = 0, xfer = 0;
     if (which == PY_ALLGATHER) {
         order = name_code(a[2], order_names, 4, LOCKSTEP_ORDER_LINEAR);
@@ -912,18 +1029,27 @@ static PyObject *send_recv_call(CommObject *self, int which, PyObject *const *ar
         if (order < 0 || xfer < 0)
             return to_python(self, which, args, n, kwnames);
     }
-    mem_t s, r;
-    if (!take(a[0], 0, &s))
+    PyObject *made = NULL, *recv = a[1];
+    if ((!recv || recv == Py_None) &&
+        !(recv = made = new_recv(a[0], which == PY_ALLGATHER ? RECV_GATHER : RECV_SAME, lockstep_comm_size(self->comm))))
         return to_python(self, which, args, n, kwnames);
-    if (!take(a[1], TAKE_WRITE, &r)) {
+    mem_t s, r;
+    if (!take(a[0], 0, &s)) {
+        Py_XDECREF(made);
+        return to_python(self, which, args, n, kwnames);
+    }
+    if (!take(recv, TAKE_WRITE, &r)) {
         release_mem(&s);
+        Py_XDECREF(made);
         return to_python(self, which, args, n, kwnames);
     }
     PyObject *out = which == PY_ALLGATHER ? allgather_bytes(self, self->comm, s.buf, s.len, r.buf, r.len, order, xfer)
                                           : alltoall_bytes(self, self->comm, s.buf, s.len, r.buf, r.len);
     release_mem(&s);
     release_mem(&r);
-    return returned(out, a[1]);
+    out = returned(out, recv);
+    Py_XDECREF(made);
+    return out;
 }
 
 static PyObject *comm_allgather(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
@@ -947,23 +1073,23 @@ static PyObject *comm_reduce_scatter(CommObject *self, PyObject *const *args, Py
         return misfit(self, PY_REDUCE_SCATTER, args, n, kwnames);
     if (!live(self))
         return NULL;
-    int op = name_code(a[2], op_names, 3, LOCKSTEP_SUM), size = lockstep_comm_size(self->comm);
+    int op = name_code(a[2], op_names, 3, LOCKSTEP_SUM), size = lockstep_comm_size(self->comm), fits = 0;
+    PyObject *made = NULL, *recv = a[1], *out = NULL;
+    if (op >= 0 && (!recv || recv == Py_None))
+        recv = made = new_recv(a[0], RECV_SCATTER, size);
     mem_t s, r;
-    if (op >= 0 && a[1] && take(a[0], TAKE_DTYPE, &s)) {
-        int fits = 0;
-        PyObject *out = NULL;
-        if (take(a[1], TAKE_WRITE | TAKE_DTYPE, &r)) {
+    if (op >= 0 && recv && take(a[0], TAKE_DTYPE, &s)) {
+        if (take(recv, TAKE_WRITE | TAKE_DTYPE, &r)) {
             Py_ssize_t esize = (Py_ssize_t)lockstep_dtype_size((lockstep_dtype_t)s.dt);
             fits = r.dt == s.dt && s.len % (esize * size) == 0 && r.len == s.len / size;
             if (fits)
-                out = returned(reduce_scatter_bytes(self, self->comm, s.buf, r.buf, r.len / esize, s.dt, op), a[1]);
+                out = returned(reduce_scatter_bytes(self, self->comm, s.buf, r.buf, r.len / esize, s.dt, op), recv);
             release_mem(&r);
         }
         release_mem(&s);
-        if (fits)
-            return out;
     }
-    return to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
+    Py_XDECREF(made);
+    return fits ? out : to_python(self, PY_REDUCE_SCATTER, args, n, kwnames);
 }
 
 /* The _ptr entry points' arguments: n addresses and byte lengths (n pairs), then the
@@ -1280,6 +1406,7 @@ static PyMethodDef mod_methods[] = {
     {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
     {"reduce_isa", mod_reduce_isa, METH_NOARGS,
      "reduce_isa() -> 'avx512', 'avx2' or 'base': the reduction kernels' instruction set in this process"},
+    {"_set_numpy", mod_set_numpy, METH_VARARGS, "_set_numpy(ndarray, empty): the calls make recv in C"},
     {"_set_torch", mod_set_torch, METH_VARARGS,
      "_set_torch(Tensor, (float32, float16, bfloat16, int32)): plain tensors are taken in C"},
     {"_set_python_paths", mod_set_python_paths, METH_VARARGS,

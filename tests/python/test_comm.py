@@ -687,6 +687,16 @@ def refuse_body(rank, size, job):
          lambda c: c.reduce_scatter(np.ones(size * 2, np.float32)), TypeError),
         (lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.float16)),
          lambda c: c.reduce_scatter(np.ones(size * 2, np.float32), np.zeros(2, np.float32)), ValueError),
+        # Python objects: their bytes are this process's pointers (and references not taken)
+        (lambda c: c.broadcast(np.array([1, "a"], dtype=object)), lambda c: c.broadcast(np.zeros(2, np.int64)),
+         TypeError),
+        (lambda c: c.allgather(np.array([None], dtype=object)), lambda c: c.allgather(np.zeros(1, np.int64)),
+         TypeError),
+        (lambda c: c.alltoall(np.zeros(size, [("b", "i4"), ("x", "O")])),
+         lambda c: c.alltoall(np.zeros(size, [("b", "i4"), ("x", "i8")])), TypeError),
+        (lambda c: c.allgather(np.zeros(1, np.int64), np.zeros(size, object)),
+         lambda c: c.allgather(np.zeros(1, np.int64)), TypeError),
+        (lambda c: c.allreduce(np.array([1.0], dtype=object)), lambda c: c.allreduce(f32), TypeError),
     ]
     if torch is not None:
         t4 = torch.ones(4)
@@ -1111,7 +1121,8 @@ def test_torch_tensors_including_bfloat16():
 
 def tensor_routes_body(rank, size, job):
     """Which calls reach the Python paths: none for plain CPU tensors (after the first
-    tensor, which tells the extension about torch), each for the others."""
+    tensor, which tells the extension about torch) and numpy arrays, with a recv given
+    or not; each for the others."""
     from lockstep import _lockstep as ext
     names = ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter")
     paths = (lockstep._allreduce_other, lockstep._broadcast, lockstep._allgather, lockstep._alltoall,
@@ -1151,6 +1162,26 @@ def tensor_routes_body(rank, size, job):
             got = torch.zeros(size, dtype=torch.int64)
             assert c.alltoall(torch.arange(size) + 10 * rank, got) is got
             assert got.tolist() == [10 * k + rank for k in range(size)]
+            # a recv to make, for a plain tensor or a numpy array: made in C, as the
+            # Python path makes it (shape, dtype, type)
+            for x in (torch.full((2, 3), rank + 1, dtype=torch.bfloat16), np.full((2, 3), rank + 1, np.float16)):
+                kind = type(x)
+                g = c.allgather(x)
+                assert type(g) is kind and g.dtype == x.dtype and tuple(g.shape) == (size, 2, 3)
+                assert g.tolist() == [[[r + 1] * 3] * 2 for r in range(size)]
+                blocks = x[:1].repeat(size, 0) if kind is np.ndarray else x[:1].repeat(size, 1)  # (size, 3)
+                got = c.alltoall(blocks, None)
+                assert type(got) is kind and tuple(got.shape) == (size, 3) and got.dtype == x.dtype
+                assert got.tolist() == [[r + 1] * 3 for r in range(size)]
+                # the first dimension divided when it divides, else 1-D (not at 1 rank)
+                for shape, want in (((size * 2, 3), (2, 3)), ((size + 1, size), (size + 1,)), ((), (1,))):
+                    if size == 1 and len(shape) == 2 and shape[1] == 1:
+                        continue
+                    if size > 1 and not shape:  # one element: one rank's part only at 1 rank
+                        continue
+                    send = (torch.full(shape, 1.0) if kind is torch.Tensor else np.full(shape, 1.0, np.float32))
+                    part = c.reduce_scatter(send, op="max")
+                    assert type(part) is kind and tuple(part.shape) == want and (part == 1).all()
             assert seen == []
             # the rest goes through Python, with the same results
             p = torch.nn.Parameter(torch.full((3,), rank + 1.0), requires_grad=False)  # a subclass
@@ -1160,12 +1191,13 @@ def tensor_routes_body(rank, size, job):
                 version = w._version
                 assert c.broadcast(w, 0) is w and w.tolist() == [1.0] * 3
                 assert w._version > version  # written in a graph: bumped, as torch's in-place ops do
-            assert c.allgather(torch.ones(2)).shape == (size, 2)  # a recv to make
-            assert c.reduce_scatter(torch.ones(size)).tolist() == [float(size)]
-            assert c.alltoall(torch.ones(size, 2, dtype=torch.int32)).shape == (size, 2)
+            g = c.allgather(p)  # a recv for a subclass
+            assert type(g) is torch.Tensor and g.tolist() == [[float(total)] * 3] * size
+            assert c.allgather(np.float32(rank)).tolist() == list(range(size))  # a numpy scalar
+            assert c.alltoall(bytes(size * 2)).tolist() == [0] * (size * 2)  # another buffer: bytes of uint8
             with pytest.raises(ValueError, match="contiguous"):
                 c.allreduce(torch.ones(4, 2)[:, 0])
-            assert seen == ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "allreduce"]
+            assert seen == ["allreduce", "broadcast", "allgather", "allgather", "allgather", "alltoall", "allreduce"]
     finally:
         ext._set_python_paths(*paths)
     return True
@@ -1173,7 +1205,7 @@ def tensor_routes_body(rank, size, job):
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 @pytest.mark.parametrize("size", [1, 3])
-def test_plain_tensors_run_in_c_and_the_rest_in_python(size):
+def test_plain_tensors_and_new_recvs_run_in_c_and_the_rest_in_python(size):
     run_ranks(tensor_routes_body, size)
 
 

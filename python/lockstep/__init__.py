@@ -144,8 +144,11 @@ def _check_tensor(t):
 
 
 def _torch_seen(torch):
-    """The first tensor: its dtypes' codes, and the C methods take plain tensors
-    themselves from now on."""
+    """torch is in use (a first tensor reached a Python path, or lockstep.distributed or
+    lockstep.torch_ops was imported): its dtypes' codes, and the C methods take plain
+    tensors themselves from now on. Once is enough; again does no harm."""
+    if _TORCH_DTYPES:
+        return
     dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.int32)  # lockstep's codes 0-3
     _TORCH_DTYPES.update((dtype, code) for code, dtype in enumerate(dtypes))
     _lockstep._set_torch(torch.Tensor, dtypes)

@@ -50,6 +50,9 @@ comm.allreduce(tensor) (torch's dispatch to a Python kernel, most of it).
 """
 import torch
 
+from . import _torch_seen
+
+_torch_seen(torch)  # plain tensors go to C from the first call
 _comms = {}
 _bump = torch._C._increment_version  # of a tuple of tensors: torch.autograd.graph.increment_version's own call
 

@@ -318,6 +318,17 @@ static PyBufferProcs comm_as_buffer = {(getbufferproc)comm_getbuffer, (releasebu
         }                                                                                                        \
     } while (0)
 
+/* The allreduce every entry point ends in: in place on count items of dtype dt at buf */
+static PyObject *allreduce_bytes(CommObject *self, lockstep_comm_t *c, void *buf, size_t count, int dt, int op)
+{
+    int rc;
+    if (enter(self, "allreduce") != 0)
+        return NULL;
+    RUN_CALL(count * lockstep_dtype_size((lockstep_dtype_t)dt),
+             rc = lockstep_comm_allreduce(c, buf, buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
+    return left(self, rc, "allreduce");
+}
+
 /* allreduce_ptr(address, count, dtype, op): the raw path, for torch tensors (bf16). */
 static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n)
 {
@@ -337,12 +348,7 @@ static PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_
         PyErr_SetString(PyExc_ValueError, "count must be >= 0");
         return refused(self);
     }
-    int rc;
-    if (enter(self, "allreduce") != 0)
-        return NULL;
-    RUN_CALL((size_t)count * lockstep_dtype_size((lockstep_dtype_t)dt),
-             rc = lockstep_comm_allreduce(c, addr, addr, (size_t)count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
-    return left(self, rc, "allreduce");
+    return allreduce_bytes(self, c, addr, (size_t)count, (int)dt, (int)op);
 }
 
 static int ls_py_overlap(const void *a, const void *b, Py_ssize_t n)
@@ -786,6 +792,19 @@ static PyObject *returned(PyObject *r, PyObject *buffer)
     return Py_NewRef(buffer);
 }
 
+/* allreduce of obj when take() takes it (*taken 1): obj, or NULL with the call's
+ * error; else *taken 0, nothing done, no exception set. */
+static PyObject *allreduce_taken(CommObject *self, lockstep_comm_t *c, PyObject *obj, int op, int *taken)
+{
+    mem_t m;
+    if (!(*taken = take(obj, TAKE_WRITE | TAKE_DTYPE, &m)))
+        return NULL;
+    PyObject *r = allreduce_bytes(self, c, m.buf, (size_t)m.len / lockstep_dtype_size((lockstep_dtype_t)m.dt), m.dt,
+                                  op);
+    release_mem(&m);
+    return returned(r, obj);
+}
+
 /* allreduce(buffer, op="sum") -> buffer: in place on anything with the buffer protocol
  * (numpy arrays); other objects go to its Python path. Called straight from Python (the
  * package binds it on each Comm), so this is the whole per-call path for numpy. */
@@ -807,44 +826,49 @@ static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssiz
     lockstep_comm_t *c = live(self);
     if (!c)
         return NULL;
-    mem_t m;
-    if (tensor_memory(obj, TAKE_WRITE | TAKE_DTYPE, &m)) {
-        size_t count = (size_t)m.len / lockstep_dtype_size((lockstep_dtype_t)m.dt);
-        int rc;
-        if (enter(self, "allreduce") != 0)
-            return NULL;
-        RUN_CALL(m.len, rc = lockstep_comm_allreduce(c, m.buf, m.buf, count, (lockstep_dtype_t)m.dt, (lockstep_op_t)op));
-        return returned(left(self, rc, "allreduce"), obj);
-    }
+    int taken;
+    PyObject *r = allreduce_taken(self, c, obj, op, &taken);
+    if (taken)
+        return r;
     if (!PyObject_CheckBuffer(obj) && python_path[PY_ALLREDUCE]) {
         PyObject *code = PyLong_FromLong(op);
-        PyObject *r = code ? PyObject_CallFunctionObjArgs(python_path[PY_ALLREDUCE], (PyObject *)self, obj, code, NULL)
-                           : NULL;
+        r = code ? PyObject_CallFunctionObjArgs(python_path[PY_ALLREDUCE], (PyObject *)self, obj, code, NULL) : NULL;
         Py_XDECREF(code);
         if (r != Py_None)
             return r; /* obj, or NULL with its error */
         Py_DECREF(r);  /* not a tensor either: writable_buffer says what is wrong */
     }
-    Py_buffer v;
+    Py_buffer v; /* what take() did not take: say why */
     if (writable_buffer(obj, &v, "allreduce") != 0)
         return refused(self);
     int dt = dtype_of(&v);
-    if (dt < 0) {
-        PyBuffer_Release(&v);
+    PyBuffer_Release(&v);
+    if (dt >= 0) /* take() refused what these accept: not expected */
+        PyErr_SetString(PyExc_ValueError, "allreduce could not take this buffer");
+    return refused(self);
+}
+
+/* try_allreduce(obj, op code) -> obj, or None when obj is not a buffer or plain tensor
+ * that allreduce takes as it is (nothing done, nothing refused): the torch.distributed
+ * back end's common case in one call. */
+static PyObject *comm_try_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "try_allreduce(obj, op code)");
         return refused(self);
     }
-    size_t count = (size_t)(v.len / v.itemsize);
-    int rc;
-    if (enter(self, "allreduce") != 0) {
-        PyBuffer_Release(&v);
-        return NULL;
+    long op = PyLong_AsLong(args[1]);
+    if (op < 0 || op >= (long)(sizeof op_names / sizeof *op_names)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "try_allreduce's op is a code from 0 to 2 (_lockstep.OPS), not %ld", op);
+        return refused(self);
     }
-    RUN_CALL(v.len, rc = lockstep_comm_allreduce(c, v.buf, v.buf, count, (lockstep_dtype_t)dt, (lockstep_op_t)op));
-    leave(self);
-    PyBuffer_Release(&v);
-    if (rc)
-        return raise_code(rc, "allreduce");
-    return Py_NewRef(obj);
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    int taken;
+    PyObject *r = allreduce_taken(self, c, args[0], (int)op, &taken);
+    return taken ? r : Py_NewRef(Py_None);
 }
 
 /* The calls that move bytes (broadcast, allgather, alltoall) on memory the caller has
@@ -1296,6 +1320,8 @@ static PyMethodDef comm_methods[] = {
     {"allreduce", (PyCFunction)(void (*)(void))comm_allreduce, METH_FASTCALL | METH_KEYWORDS,
      "allreduce(buf, op=\"sum\") -> buf, in place"},
     {"allreduce_ptr", (PyCFunction)(void (*)(void))comm_allreduce_ptr, METH_FASTCALL, "allreduce_ptr(address, count, dtype, op)"},
+    {"try_allreduce", (PyCFunction)(void (*)(void))comm_try_allreduce, METH_FASTCALL,
+     "try_allreduce(obj, op code) -> obj, or None for what allreduce does not take as it is (nothing done)"},
     {"reduce_scatter", (PyCFunction)(void (*)(void))comm_reduce_scatter, METH_FASTCALL | METH_KEYWORDS,
      "reduce_scatter(send, recv=None, op=\"sum\") -> recv"},
     {"reduce_scatter_ptr", (PyCFunction)(void (*)(void))comm_reduce_scatter_ptr, METH_FASTCALL,

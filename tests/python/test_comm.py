@@ -1209,6 +1209,39 @@ def test_plain_tensors_and_new_recvs_run_in_c_and_the_rest_in_python(size):
     run_ranks(tensor_routes_body, size)
 
 
+def try_allreduce_body(rank, size, job):
+    """_c.try_allreduce (the torch.distributed back end's common case): the call on what
+    allreduce takes as it is, None and nothing done (nothing refused) for the rest."""
+    total = size * (size + 1) // 2
+    with lockstep.Comm(job, rank, size) as c:
+        a = np.full(5, rank + 1, np.int32)
+        assert c._c.try_allreduce(a, 0) is a and a.tolist() == [total] * 5
+        assert c._c.try_allreduce(a.fill(rank) or a, 1) is a and a.tolist() == [size - 1] * 5  # max
+        others = [np.ones(4), np.ones(8, np.float32)[::2], np.ones(4, np.float32)[:0:-1], bytes(4), "x", None,
+                  np.array([1.0], object)]
+        if torch is not None:
+            c.allreduce(torch.zeros(1))  # the first tensor, through Python, tells C about torch
+            others += [torch.ones(4, dtype=torch.float64), torch.ones(4, 2)[:, 0],
+                       torch.nn.Parameter(torch.ones(4), requires_grad=False), torch.ones(4, requires_grad=True)]
+            t = torch.full((3,), rank + 1.0, dtype=torch.bfloat16)
+            assert c._c.try_allreduce(t, 2) is t and t.tolist() == [1.0] * 3  # min
+        for x in others:
+            before = repr(x)
+            assert c._c.try_allreduce(x, 0) is None, x
+            assert repr(x) == before
+        with pytest.raises(ValueError, match="a code from 0 to 2"):  # every rank alike: each raises, none waits
+            c._c.try_allreduce(a, 3)
+        with pytest.raises(TypeError):
+            c._c.try_allreduce(a)
+        assert c.allreduce(np.full(2, rank, np.int32)).tolist() == [size * (size - 1) // 2] * 2
+    return True
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_try_allreduce_does_the_call_or_nothing(size):
+    run_ranks(try_allreduce_body, size)
+
+
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_tensors_from_the_shared_buffer():
     def body(rank, size, job):

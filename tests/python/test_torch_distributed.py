@@ -118,6 +118,21 @@ def all_reduce_body(rank, size, rank_order=True):
     e = torch.empty(0, dtype=torch.float64)
     dist.all_reduce(e, op=dist.ReduceOp.PRODUCT)
     assert e.shape == (0,)
+    # tensors that the common case's C call does not take: the same results through the
+    # checks (a subclass; a tensor that requires grad, its version bumped); and async
+    want = reference(dist.ReduceOp.SUM, torch.float32, size)
+    p = torch.nn.Parameter(value(rank, torch.float32), requires_grad=False)
+    dist.all_reduce(p)
+    assert torch.equal(p, want)
+    with torch.no_grad():
+        w = value(rank, torch.float32).requires_grad_()
+        version = w._version
+        dist.all_reduce(w)
+        assert torch.equal(w, want) and w._version > version
+    a = value(rank, torch.float32)
+    work = dist.all_reduce(a, async_op=True)
+    work.wait()
+    assert torch.equal(a, want)
     # sums that round: the bits are those of adding in rank order (bfloat16: in float32,
     # rounded once), and every rank agrees
     for dt, tiny in ((torch.float32, 2.0 ** -30), (torch.float64, 2.0 ** -60), (torch.bfloat16, 2.0 ** -12)):
@@ -133,6 +148,17 @@ def all_reduce_body(rank, size, rank_order=True):
             assert torch.equal(x, acc.to(dt)), (dt, x, acc)
         out.append(x)
     return digest(*out)
+
+
+def test_the_op_of_every_option():
+    """The back end reads an option's op through ReduceOp's hash (its op's value, as
+    checked at import); every op, PREMUL_SUM included, gives what the enum gives."""
+    import lockstep.distributed as ld
+    R = dist.ReduceOp
+    for op in (R.SUM, R.AVG, R.PRODUCT, R.MAX, R.MIN, R.BAND, R.BOR, R.BXOR, dist._make_nccl_premul_sum(2.0)):
+        o = dist.AllreduceOptions()
+        o.reduceOp = op
+        assert ld._op(o) == ld._op_by_value(o) == int(o.reduceOp.op), op
 
 
 @pytest.mark.parametrize("size", SIZES)

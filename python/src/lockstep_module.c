@@ -476,8 +476,8 @@ static int dtype_of(const Py_buffer *v)
 /* Plain torch CPU tensors, taken in C as buffers are (torch tensors have no buffer
  * protocol; through the Python path a call costs 0.15-0.4 us more). The package hands
  * over torch's Tensor type and the dtypes lockstep reduces (_set_torch) when a first
- * tensor reaches its Python path. Only the exact Tensor type
- * is taken here: subclasses, other layouts and devices, non-contiguous tensors, a
+ * tensor reaches its Python path, or lockstep.distributed or lockstep.torch_ops is
+ * imported. Only the exact Tensor type is taken here: subclasses, other layouts and devices, non-contiguous tensors, a
  * written tensor that requires grad (its version must be bumped) and anything that
  * raises go on to the Python path, which does the same call or says what is wrong. */
 static struct {
@@ -625,7 +625,7 @@ static int tensor_memory(PyObject *obj, int how, mem_t *m)
         if (v == torch_.dtypes[i])
             m->dt = i;
     Py_XDECREF(v);
-    /* (No layout check: the layouts other than strided, sparse and mkldnn, have no data
+    /* (No layout check: a tensor of another layout, sparse or mkldnn, has no data
      * pointer, and data_ptr() raises.) */
     if (((how & TAKE_DTYPE) && m->dt < 0) || !attr_is(obj, torch_.is_cpu, Py_True) ||
         ((how & TAKE_WRITE) && !attr_is(obj, torch_.requires_grad, Py_False)))
@@ -805,8 +805,8 @@ static PyObject *allreduce_taken(CommObject *self, lockstep_comm_t *c, PyObject 
     return returned(r, obj);
 }
 
-/* allreduce(buffer, op="sum") -> buffer: in place on anything with the buffer protocol
- * (numpy arrays); other objects go to its Python path. Called straight from Python (the
+/* allreduce(buffer, op="sum") -> buffer: in place on what take() takes (numpy arrays,
+ * plain torch tensors); other objects go to its Python path. Called straight from Python (the
  * package binds it on each Comm), so this is the whole per-call path for numpy. */
 static PyObject *comm_allreduce(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {

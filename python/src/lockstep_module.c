@@ -473,16 +473,34 @@ static int dtype_of(const Py_buffer *v)
     return -1;
 }
 
+/* The attribute names the calls look up on tensors and arrays, interned at import
+ * (intern_attrs). */
+static struct {
+    PyObject *is_cpu, *requires_grad, *dtype, *is_contiguous, *data_ptr, *nbytes, *shape, *new_empty;
+} attr;
+
+static int intern_attrs(void)
+{
+    static const char *const names[] = {"is_cpu", "requires_grad", "dtype", "is_contiguous", "data_ptr", "nbytes",
+                                        "shape", "new_empty"};
+    PyObject **slot[] = {&attr.is_cpu, &attr.requires_grad, &attr.dtype, &attr.is_contiguous, &attr.data_ptr,
+                         &attr.nbytes, &attr.shape, &attr.new_empty};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!(*slot[i] = PyUnicode_InternFromString(names[i])))
+            return -1;
+    return 0;
+}
+
 /* Plain torch CPU tensors, taken in C as buffers are (torch tensors have no buffer
  * protocol; through the Python path a call costs 0.15-0.4 us more). The package hands
  * over torch's Tensor type and the dtypes lockstep reduces (_set_torch) when a first
  * tensor reaches its Python path, or lockstep.distributed or lockstep.torch_ops is
- * imported. Only the exact Tensor type is taken here: subclasses, other layouts and devices, non-contiguous tensors, a
- * written tensor that requires grad (its version must be bumped) and anything that
- * raises go on to the Python path, which does the same call or says what is wrong. */
+ * imported. Only the exact Tensor type is taken here: subclasses, other layouts and
+ * devices, non-contiguous tensors, a written tensor that requires grad (its version
+ * must be bumped) and anything that raises go on to the Python path, which does the
+ * same call or says what is wrong. */
 static struct {
     PyObject *type, *dtypes[4]; /* dtypes in lockstep_dtype_t's order */
-    PyObject *is_cpu, *requires_grad, *dtype, *is_contiguous, *data_ptr, *nbytes; /* attribute names */
 } torch_;
 
 static PyObject *mod_set_torch(PyObject *m, PyObject *args)
@@ -495,12 +513,6 @@ static PyObject *mod_set_torch(PyObject *m, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "_set_torch(Tensor, (float32, float16, bfloat16, int32))");
         return NULL;
     }
-    static const char *const names[] = {"is_cpu", "requires_grad", "dtype", "is_contiguous", "data_ptr", "nbytes"};
-    PyObject **attr[] = {&torch_.is_cpu, &torch_.requires_grad, &torch_.dtype,
-                         &torch_.is_contiguous, &torch_.data_ptr, &torch_.nbytes};
-    for (int i = 0; i < 6; i++)
-        if (!*attr[i] && !(*attr[i] = PyUnicode_InternFromString(names[i])))
-            return NULL;
     for (int i = 0; i < 4; i++)
         Py_XSETREF(torch_.dtypes[i], Py_NewRef(PyTuple_GET_ITEM(dtypes, i)));
     Py_XSETREF(torch_.type, Py_NewRef(type));
@@ -509,19 +521,13 @@ static PyObject *mod_set_torch(PyObject *m, PyObject *args)
 
 /* numpy's ndarray type and numpy.empty, from the package at import (_set_numpy), for
  * the recv new_recv makes */
-static PyObject *np_ndarray, *np_empty, *attr_shape, *attr_np_dtype, *attr_new_empty;
+static PyObject *np_ndarray, *np_empty;
 
 static PyObject *mod_set_numpy(PyObject *m, PyObject *args)
 {
     (void)m;
     PyObject *type, *empty;
     if (!PyArg_ParseTuple(args, "O!O", &PyType_Type, &type, &empty))
-        return NULL;
-    if (!attr_shape && !(attr_shape = PyUnicode_InternFromString("shape")))
-        return NULL;
-    if (!attr_np_dtype && !(attr_np_dtype = PyUnicode_InternFromString("dtype")))
-        return NULL;
-    if (!attr_new_empty && !(attr_new_empty = PyUnicode_InternFromString("new_empty")))
         return NULL;
     Py_XSETREF(np_ndarray, Py_NewRef(type));
     Py_XSETREF(np_empty, Py_NewRef(empty));
@@ -574,16 +580,16 @@ static PyObject *new_recv(PyObject *send, int kind, int size)
 {
     PyObject *type = (PyObject *)Py_TYPE(send), *recv = NULL, *want = NULL;
     int numpy = np_ndarray && type == np_ndarray;
-    if (!numpy && !(attr_new_empty && torch_.type && type == torch_.type))
+    if (!numpy && !(torch_.type && type == torch_.type))
         return NULL;
-    PyObject *shape = PyObject_GetAttr(send, attr_shape);
+    PyObject *shape = PyObject_GetAttr(send, attr.shape);
     if (shape && PyTuple_Check(shape) && (want = recv_shape(shape, kind, size)) != NULL) {
         if (numpy) {
-            PyObject *dtype = PyObject_GetAttr(send, attr_np_dtype);
+            PyObject *dtype = PyObject_GetAttr(send, attr.dtype);
             recv = dtype ? PyObject_CallFunctionObjArgs(np_empty, want, dtype, NULL) : NULL;
             Py_XDECREF(dtype);
         } else {
-            recv = PyObject_CallMethodOneArg(send, attr_new_empty, want);
+            recv = PyObject_CallMethodOneArg(send, attr.new_empty, want);
         }
     }
     Py_XDECREF(shape);
@@ -620,22 +626,22 @@ static int tensor_memory(PyObject *obj, int how, mem_t *m)
     if (!torch_.type || (PyObject *)Py_TYPE(obj) != torch_.type)
         return 0;
     m->dt = -1;
-    PyObject *v = PyObject_GetAttr(obj, torch_.dtype);
+    PyObject *v = PyObject_GetAttr(obj, attr.dtype);
     for (int i = 0; v && i < 4; i++)
         if (v == torch_.dtypes[i])
             m->dt = i;
     Py_XDECREF(v);
     /* (No layout check: a tensor of another layout, sparse or mkldnn, has no data
      * pointer, and data_ptr() raises.) */
-    if (((how & TAKE_DTYPE) && m->dt < 0) || !attr_is(obj, torch_.is_cpu, Py_True) ||
-        ((how & TAKE_WRITE) && !attr_is(obj, torch_.requires_grad, Py_False)))
+    if (((how & TAKE_DTYPE) && m->dt < 0) || !attr_is(obj, attr.is_cpu, Py_True) ||
+        ((how & TAKE_WRITE) && !attr_is(obj, attr.requires_grad, Py_False)))
         goto no;
-    v = PyObject_CallMethodNoArgs(obj, torch_.is_contiguous);
+    v = PyObject_CallMethodNoArgs(obj, attr.is_contiguous);
     int contiguous = v == Py_True;
     Py_XDECREF(v);
     if (!contiguous)
         goto no;
-    PyObject *p = PyObject_CallMethodNoArgs(obj, torch_.data_ptr), *nb = p ? PyObject_GetAttr(obj, torch_.nbytes) : NULL;
+    PyObject *p = PyObject_CallMethodNoArgs(obj, attr.data_ptr), *nb = p ? PyObject_GetAttr(obj, attr.nbytes) : NULL;
     m->buf = nb ? PyLong_AsVoidPtr(p) : NULL;
     m->len = nb ? PyLong_AsSsize_t(nb) : -1;
     Py_XDECREF(p);
@@ -688,11 +694,11 @@ static void release_mem(mem_t *m)
 
 /* The package's Python functions for what the C entry points do not take on
  * themselves, set at import (_set_python_paths):
- *   PY_ALLREDUCE  fn(comm, obj, op code) for what is not a buffer (torch tensors):
- *                 obj, or None for "not mine either";
+ *   PY_ALLREDUCE  fn(comm, obj, op code) for what is not a buffer and take() did not
+ *                 take (tensor subclasses, tensors that need a version bump or a
+ *                 check): obj, or None for "not mine either";
  *   PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_REDUCE_SCATTER  fn(comm, *args, **kw), the Comm method
- *                 itself for anything but buffers and plain arguments (tensors, a recv
- *                 to make, names and ints to convert or refuse). */
+ *                 itself for what the C method does not take (see comm_broadcast). */
 enum { PY_ALLREDUCE, PY_BROADCAST, PY_ALLGATHER, PY_ALLTOALL, PY_REDUCE_SCATTER, PY_PATHS };
 static PyObject *python_path[PY_PATHS];
 
@@ -872,10 +878,11 @@ static PyObject *comm_try_allreduce(CommObject *self, PyObject *const *args, Py_
 }
 
 /* The calls that move bytes (broadcast, allgather, alltoall) on memory the caller has
- * checked: each has two entry points, one for buffers (numpy arrays, bytes...) and one
- * for addresses and byte lengths (_ptr: torch tensors, which the package checks, and
- * which reach memory faster through data_ptr() than through a byte view, 0.13 against
- * 1.75 us), and both end here. */
+ * checked. Besides the Comm methods (below), their Python paths have two entry points,
+ * one for buffers (numpy arrays, bytes...) and one for addresses and byte lengths
+ * (_ptr: the tensors the methods leave to Python, which the package checks, and which
+ * reach memory faster through data_ptr() than through a byte view, 0.13 against 1.75
+ * us); all end here. */
 static PyObject *broadcast_bytes(CommObject *self, lockstep_comm_t *c, void *buf, Py_ssize_t len, int root,
                                  int order, int xfer)
 {
@@ -1005,10 +1012,11 @@ static PyObject *misfit(CommObject *self, int which, PyObject *const *args, Py_s
     return r ? r : refused(self);
 }
 
-/* The Comm methods themselves, bound on each Comm by the package: buffers (numpy
- * arrays, bytes...) with plain arguments (an int root in range, order and xfer by
- * name) run here without a Python frame; anything else goes to the Python path with
- * the caller's arguments (tensors, a recv to make, what to convert or refuse). */
+/* The Comm methods themselves, bound on each Comm by the package: what take() takes
+ * (buffers, plain tensors) with plain arguments (an int root in range, order and xfer
+ * by name; a recv given, or one new_recv makes) runs here without a Python frame;
+ * anything else goes to the Python path with the caller's arguments (other tensors
+ * and sends, what to convert or refuse). */
 static PyObject *comm_broadcast(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {
     static const char *const names[] = {"buf", "root", "order", "xfer"};
@@ -1054,16 +1062,14 @@ static PyObject *send_recv_call(CommObject *self, int which, PyObject *const *ar
             return to_python(self, which, args, n, kwnames);
     }
     PyObject *made = NULL, *recv = a[1];
-    if ((!recv || recv == Py_None) &&
-        !(recv = made = new_recv(a[0], which == PY_ALLGATHER ? RECV_GATHER : RECV_SAME, lockstep_comm_size(self->comm))))
+    int kind = which == PY_ALLGATHER ? RECV_GATHER : RECV_SAME;
+    if ((!recv || recv == Py_None) && !(recv = made = new_recv(a[0], kind, lockstep_comm_size(self->comm))))
         return to_python(self, which, args, n, kwnames);
     mem_t s, r;
-    if (!take(a[0], 0, &s)) {
-        Py_XDECREF(made);
-        return to_python(self, which, args, n, kwnames);
-    }
-    if (!take(recv, TAKE_WRITE, &r)) {
+    int taken = take(a[0], 0, &s);
+    if (taken && !(taken = take(recv, TAKE_WRITE, &r)))
         release_mem(&s);
+    if (!taken) {
         Py_XDECREF(made);
         return to_python(self, which, args, n, kwnames);
     }
@@ -1086,9 +1092,10 @@ static PyObject *comm_alltoall(CommObject *self, PyObject *const *args, Py_ssize
     return send_recv_call(self, PY_ALLTOALL, args, n, kwnames);
 }
 
-/* reduce_scatter(send, recv=None, op="sum") -> recv: send and recv buffers of one
- * dtype lockstep reduces, C-contiguous, recv writable and one block of send; anything
- * else (tensors, a recv to make, errors to explain) goes to the Python path. */
+/* reduce_scatter(send, recv=None, op="sum") -> recv: send and recv (given, or made by
+ * new_recv) taken by take(), of one dtype lockstep reduces, recv writable and one
+ * block of send; anything else (other tensors and sends, errors to explain) goes to
+ * the Python path. */
 static PyObject *comm_reduce_scatter(CommObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
 {
     static const char *const names[] = {"send", "recv", "op"};
@@ -1462,6 +1469,8 @@ PyMODINIT_FUNC PyInit__lockstep(void)
         "another rank's arguments to this call were invalid: the call did nothing, the communicator goes on",
         CommError, NULL);
     if (!CommError || !PeerDiedError || !CommTimeoutError || !MismatchError || !CancelledError || !PeerArgumentError)
+        return NULL;
+    if (intern_attrs() != 0)
         return NULL;
     Py_INCREF(&CommType);
     PyModule_AddObject(m, "Comm", (PyObject *)&CommType);

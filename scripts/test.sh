@@ -7,6 +7,9 @@
 # CMakePresets.json): they differ from comm_collectives_4 and comm_reduce_api only in
 # the reduction kernels, single-threaded code within one process, and ThreadSanitizer
 # sees nothing between processes; the other four builds run them (a minute less).
+# Likewise it runs the random sequences at 4 ranks and the killing ones at 3
+# (comm_random_4, comm_random_kill_3: pool threads and the killer thread), not at
+# every count (half a minute less).
 # Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."

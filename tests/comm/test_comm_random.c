@@ -39,6 +39,12 @@
 
 enum { GUARD = 64, MAX_BYTES = 3 << 20 }; /* guard bytes around buffers; largest buffer */
 
+static uint64_t g_seed;
+static int g_calls;
+/* kill mode: rank g_victim kills itself, from a thread, up to 2 ms after it starts its
+ * call number g_death */
+static int g_kill, g_victim, g_death;
+
 /* ---- the shared sequence ---------------------------------------------------------- */
 
 static uint64_t mix(uint64_t x) /* splitmix64's finaliser */
@@ -145,7 +151,8 @@ static struct setting pick_setting(uint64_t seed, int gen, int size)
     s.pool = below(&r, 4) == 0;
     s.sharers = below(&r, 4) == 0 ? 2 * size : 0; /* as if other jobs kept the CPUs busy */
     s.passive = below(&r, 4) == 0;
-    s.calls = 20 + (int)below(&r, 60);
+    /* then a new communicator; not in kill mode, where it would wait for the dead rank */
+    s.calls = g_kill ? g_calls : 20 + (int)below(&r, 60);
     return s;
 }
 
@@ -173,7 +180,7 @@ static struct call pick_call(uint64_t seed, int gen, int i, const struct setting
         k.fault = F_REFUSE;
         k.odd = (int)below(&r, (size_t)size);
         k.how = (int)below(&r, 2); /* 0: invalid arguments, 1: lockstep_comm_refuse */
-    } else if (size > 1 && !eager && f < 9) {
+    } else if (size > 1 && !eager && !g_kill && f < 9) { /* kill: one communicator throughout */
         k.fault = F_MISMATCH;
         k.odd = (int)below(&r, (size_t)size);
         k.how = (int)below(&r, 4);
@@ -431,12 +438,6 @@ static int make_call(lockstep_comm_t *c, const struct call *k, const struct plac
 
 /* ---- a rank --------------------------------------------------------------------- */
 
-static uint64_t g_seed;
-static int g_calls;
-/* kill mode: rank g_victim kills itself, from a thread, up to 2 ms after it starts its
- * call number g_death */
-static int g_kill, g_victim, g_death;
-
 static void *killer(void *arg)
 {
     usleep((useconds_t)(uintptr_t)arg);
@@ -486,7 +487,7 @@ static int rank_body(int rank, int size, const char *job)
 {
     struct mem m;
     memset(&m, 0, sizeof m);
-    size_t cap = MAX_BYTES + 2 * GUARD + 64 * 8 + 64;
+    size_t cap = MAX_BYTES + 2 * GUARD + 64 * 8; /* with room for offsets of up to 63 elements */
     m.heap_r = malloc(cap);
     m.heap_s = malloc(cap);
     m.before_r = malloc(cap);
@@ -496,8 +497,6 @@ static int rank_body(int rank, int size, const char *job)
     int gen = 0, cn = 0, bad = 0, counts[4] = {0}, kinds[6] = {0};
     while (cn < g_calls && !bad) {
         struct setting s = pick_setting(g_seed, gen, size);
-        if (g_kill)
-            s.calls = g_calls; /* one communicator: a new one would wait for the dead rank */
         lockstep_pool_t *pool;
         lockstep_comm_t *c = make_comm(&s, gen, rank, size, job, &pool);
         if (!c)
@@ -506,12 +505,11 @@ static int rank_body(int rank, int size, const char *job)
         CHECK(!s.buffer || m.shared);
         int broken = 0, dead = 0;
         for (int i = 0; i < s.calls && cn < g_calls && !broken && !bad; i++, cn++) {
-            struct call k = pick_call(g_seed, gen, i, &s, size), mine = k;
-            if (k.fault == F_MISMATCH && (g_kill || !mismatched(&mine, &s, size))) /* every rank draws the same */
+            struct call k = pick_call(g_seed, gen, i, &s, size), changed = k;
+            if (k.fault == F_MISMATCH && !mismatched(&changed, &s, size)) /* every rank draws the same */
                 k.fault = F_NONE;
             int odd = rank == k.odd && k.fault != F_NONE && k.fault != F_REFUSE_ALL;
-            if (!(odd && k.fault == F_MISMATCH))
-                mine = k;
+            struct call mine = odd && k.fault == F_MISMATCH ? changed : k; /* the odd rank's call disagrees */
             struct place p = place_call(&mine, &m, g_seed, gen, i, rank, size);
             lay_out(&mine, &p, &m, cn, rank, size);
             struct rng late = rng_for(g_seed, ((uint64_t)gen << 32) | 4u, ((uint64_t)i << 8) | (unsigned)rank);
@@ -563,8 +561,10 @@ static int rank_body(int rank, int size, const char *job)
                 CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EMISMATCH);
                 broken = 1;
             }
-            if (dead)
+            if (dead) {
+                cn++; /* counted as the for loop would */
                 break;
+            }
         }
         if (g_kill && rank == g_victim)
             for (;;) /* until the killer thread's signal */
@@ -575,6 +575,7 @@ static int rank_body(int rank, int size, const char *job)
                      -LOCKSTEP_EPEERDIED);
             lockstep_comm_free(c);
             lockstep_pool_free(pool);
+            gen++;
             break;
         }
         lockstep_comm_free(c);

@@ -23,6 +23,7 @@ except ImportError:  # the tensor containers are left out
 
 KINDS = ["allreduce"] * 3 + ["reduce_scatter", "alltoall"] + ["broadcast"] * 2 + ["allgather"] * 2 + ["barrier"]
 NP_DTYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32}
+ESIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "u8": 1}
 
 
 def values(call, rank, n):
@@ -64,11 +65,12 @@ class Maker:
         self.offset = 0  # where the next view of the shared buffer starts
 
     def kinds(self, dtype):
-        out = ["np", "np_slice"] if dtype in NP_DTYPES or dtype == "u8" else []
+        in_numpy = dtype != "bf16"
+        out = ["np", "np_slice"] if in_numpy else []
         if torch is not None:
             out += ["t", "t_infer", "t_sub"]
         if self.buffer_bytes:
-            out += ["buf_np"] if dtype in NP_DTYPES or dtype == "u8" else []
+            out += ["buf_np"] if in_numpy else []
             out += ["buf_t"] if torch is not None else []
         if dtype == "u8":
             out += ["bytearray"]
@@ -78,8 +80,12 @@ class Maker:
         """a container of dtype ("f32", "f16", "bf16", "i32" or "u8") holding data"""
         kind = self.rng.choice(self.kinds(dtype))
         n = len(data)
-        if kind.startswith("buf_") and not self.fits(n, dtype):  # no room left in the buffer
-            kind = kind[4:]
+        start = -(-self.offset // 64) * 64  # of a view of the shared buffer: after this call's others
+        if kind.startswith("buf_"):
+            if start + n * ESIZE[dtype] > self.buffer_bytes:
+                kind = kind[4:]  # no room left in the buffer
+            else:
+                self.offset = start + n * ESIZE[dtype]
         if kind == "bytearray":
             return bytearray(np.asarray(data, np.uint8).tobytes())
         if kind in ("np", "np_slice", "buf_np"):
@@ -90,7 +96,7 @@ class Maker:
                 base = np.empty(n + 7, npd)
                 a = base[3:3 + n]
             else:
-                a = self.view(n, np.dtype(npd), npd)
+                a = self.comm.buffer(n, npd, start)
             a[...] = data
             return a
         td = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
@@ -104,19 +110,7 @@ class Maker:
                 return src.clone()
         if kind == "t_sub":  # a subclass: the Python path
             return torch.nn.Parameter(src.clone(), requires_grad=False)
-        t = self.view(n, torch.empty((), dtype=td).element_size(), td)
-        t.copy_(src)
-        return t
-
-    def fits(self, n, dtype):
-        return -(-self.offset // 64) * 64 + n * 4 <= self.buffer_bytes
-
-    def view(self, n, esize, dtype):
-        """n elements of the shared buffer, after what this call took already"""
-        esize = esize.itemsize if isinstance(esize, np.dtype) else esize
-        start = -(-self.offset // 64) * 64
-        self.offset = start + n * esize
-        return self.comm.buffer(n, dtype, start)
+        return self.comm.buffer(n, td, start).copy_(src)
 
 
 def settings(seed, gen):

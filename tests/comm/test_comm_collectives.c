@@ -8,7 +8,7 @@
 #include <sched.h>
 
 static uint64_t rng_state;
-static uint32_t rnd(void)
+TEST_UNTRACED static uint32_t rnd(void)
 {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33);
@@ -17,8 +17,9 @@ static uint32_t rnd(void)
 /* Inputs depend only on (rank, case, element): every rank can compute everyone's. Every
  * NaN is the same quiet NaN, so sums that meet one have the same bits whichever
  * operand the hardware propagates. */
-static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigned cs)
+TEST_UNTRACED static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigned cs)
 {
+    TEST_WRITES(buf, count * lockstep_dtype_size(dt));
     rng_state = 0x1234567ull + (uint64_t)rank * 0x9e3779b97f4a7c15ull + cs * 7919ull;
     for (size_t i = 0; i < count; i++) {
         float f = ((float)(rnd() % 2000000) / 250000.0f) - 4.0f; /* non-round values */
@@ -35,7 +36,7 @@ static void fill(void *buf, lockstep_dtype_t dt, size_t count, int rank, unsigne
     }
 }
 
-static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
+TEST_UNTRACED static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
 {
     uint16_t h = ((const uint16_t *)buf)[i];
     if (dt == LOCKSTEP_F16)
@@ -46,7 +47,7 @@ static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
     return f;
 }
 
-static uint16_t narrow(lockstep_dtype_t dt, float f)
+TEST_UNTRACED static uint16_t narrow(lockstep_dtype_t dt, float f)
 {
     if (dt == LOCKSTEP_F16)
         return test_half_from_float(f);
@@ -56,20 +57,21 @@ static uint16_t narrow(lockstep_dtype_t dt, float f)
     return (uint16_t)(u >> 16);
 }
 
-static float combine_f(lockstep_op_t op, float acc, float v)
+TEST_UNTRACED static float combine_f(lockstep_op_t op, float acc, float v)
 {
     return op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
 }
 
-static int32_t combine_i(lockstep_op_t op, int32_t acc, int32_t v)
+TEST_UNTRACED static int32_t combine_i(lockstep_op_t op, int32_t acc, int32_t v)
 {
     return op == LOCKSTEP_SUM ? (int32_t)((uint32_t)acc + (uint32_t)v) : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
 }
 
 /* ref = op over ranks, in rank order, f16/bf16 accumulated in f32 */
-static void reference(void *ref, lockstep_dtype_t dt, lockstep_op_t op, size_t count, int size, unsigned cs)
+TEST_UNTRACED static void reference(void *ref, lockstep_dtype_t dt, lockstep_op_t op, size_t count, int size, unsigned cs)
 {
     size_t es = lockstep_dtype_size(dt);
+    TEST_WRITES(ref, count * es);
     void *tmp = malloc(count * es + 1);
     float *acc = malloc(count * sizeof(float) + 1);
     CHECK(tmp && acc);
@@ -114,9 +116,27 @@ static int use_pool; /* argv[2] == "pool": large messages split across 2 threads
  * on 2 CPUs: the single-copy allreduce runs only while ranks fit the CPUs) */
 static int mixed;
 
-static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 KiB pages */
+TEST_UNTRACED static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 KiB pages */
 {
     return (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)r * 101 + cs * 7);
+}
+
+/* p[i] = gbyte(i, r, cs) for i < n */
+TEST_UNTRACED static void put_bytes(unsigned char *p, size_t n, int r, unsigned cs)
+{
+    TEST_WRITES(p, n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = gbyte(i, r, cs);
+}
+
+/* the first i < n where p[i] != gbyte(i, r, cs), or n */
+TEST_UNTRACED static size_t first_wrong(const unsigned char *p, size_t n, int r, unsigned cs)
+{
+    TEST_READS(p, n);
+    size_t i = 0;
+    while (i < n && p[i] == gbyte(i, r, cs))
+        i++;
+    return i;
 }
 
 /* Broadcast and allgather with buffers in the shared buffer and not, in every mix:
@@ -148,8 +168,10 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                 unsigned char *b = (unsigned char *)(in_buf ? buf + 64 * (size_t)((rank * 7 + si) % 5) + (size_t)(rank % 3)
                                                             : priv + 1);
                 CHECK(b + n <= (unsigned char *)buf + cap || !in_buf);
-                for (size_t i = 0; i < n; i++)
-                    b[i] = rank == root ? gbyte(i, root, cs) : 0xee; /* stale bytes must go */
+                if (rank == root)
+                    put_bytes(b, n, root, cs);
+                else
+                    memset(b, 0xee, n); /* stale bytes must go */
                 lockstep_order_t order = (lockstep_order_t)((cs + cs / 4) % 4);
                 int rc = lockstep_comm_broadcast(c, b, n, root, order, (lockstep_xfer_t)xfer);
                 if (rc) {
@@ -157,12 +179,12 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                             (int)order, lockstep_strerror(rc));
                     return 1;
                 }
-                for (size_t i = 0; i < n; i++)
-                    if (b[i] != gbyte(i, root, cs)) {
-                        fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d order %d root %d: byte %zu wrong\n",
-                                rank, n, xfer, mode, (int)order, root, i);
-                        return 1;
-                    }
+                size_t w = first_wrong(b, n, root, cs);
+                if (w < n) {
+                    fprintf(stderr, "rank %d: broadcast n=%zu xfer=%d mode %d order %d root %d: byte %zu wrong\n", rank,
+                            n, xfer, mode, (int)order, root, w);
+                    return 1;
+                }
                 if (mode == 3) { /* the copying path between: it shares the step words */
                     for (int i = 0; i < 3001; i++)
                         v[i] = i + rank;
@@ -182,20 +204,20 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                 unsigned char *send = mode == 1 ? recv + (size_t)rank * n : (unsigned char *)(send_in ? base : priv + 1);
                 CHECK(base + n + total <= buf + cap);
                 memset(recv, 0xcd, total);
-                for (size_t i = 0; i < n; i++)
-                    send[i] = gbyte(i, rank, cs);
+                put_bytes(send, n, rank, cs);
                 int rc = lockstep_comm_allgather(c, send, recv, n, LOCKSTEP_ORDER_RANDOM, (lockstep_xfer_t)xfer);
                 if (rc) {
                     fprintf(stderr, "rank %d: allgather n=%zu xfer=%d mode %d: %s\n", rank, n, xfer, mode, lockstep_strerror(rc));
                     return 1;
                 }
-                for (int r = 0; r < size; r++)
-                    for (size_t i = 0; i < n; i++)
-                        if (recv[(size_t)r * n + i] != gbyte(i, r, cs)) {
-                            fprintf(stderr, "rank %d: allgather n=%zu xfer=%d mode %d: block %d byte %zu wrong\n", rank,
-                                    n, xfer, mode, r, i);
-                            return 1;
-                        }
+                for (int r = 0; r < size; r++) {
+                    size_t w = first_wrong(recv + (size_t)r * n, n, r, cs);
+                    if (w < n) {
+                        fprintf(stderr, "rank %d: allgather n=%zu xfer=%d mode %d: block %d byte %zu wrong\n", rank, n,
+                                xfer, mode, r, w);
+                        return 1;
+                    }
+                }
             }
     free(priv);
     return 0;
@@ -257,22 +279,22 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
             CHECK(mem != NULL);
             CHECK(priv || (char *)mem + 2 * total <= buf + cap);
             unsigned char *send = mem, *recv = mem + total;
-            for (int d = 0; d < size; d++)
-                for (size_t i = 0; i < bb; i++)
-                    send[(size_t)d * bb + i] = (unsigned char)(i * 7 + (size_t)d * 31 + (size_t)rank * 101 + bi);
+            for (int d = 0; d < size; d++) /* sender and receiver: one of 256 patterns */
+                put_bytes(send + (size_t)d * bb, bb, rank * MAX_TEST_RANKS + d, 300 + bi);
             memset(recv, 0xa5, total);
             int rc = lockstep_comm_alltoall(c, send, recv, bb);
             if (rc) {
                 fprintf(stderr, "rank %d: alltoall %zu bytes mode %d: %s\n", rank, bb, mode, lockstep_strerror(rc));
                 return 1;
             }
-            for (int k = 0; k < size; k++)
-                for (size_t i = 0; i < bb; i++)
-                    if (recv[(size_t)k * bb + i] != (unsigned char)(i * 7 + (size_t)rank * 31 + (size_t)k * 101 + bi)) {
-                        fprintf(stderr, "rank %d: alltoall %zu bytes mode %d: rank %d's byte %zu wrong\n", rank,
-                                bb, mode, k, i);
-                        return 1;
-                    }
+            for (int k = 0; k < size; k++) {
+                size_t w = first_wrong(recv + (size_t)k * bb, bb, k * MAX_TEST_RANKS + rank, 300 + bi);
+                if (w < bb) {
+                    fprintf(stderr, "rank %d: alltoall %zu bytes mode %d: rank %d's byte %zu wrong\n", rank, bb, mode,
+                            k, w);
+                    return 1;
+                }
+            }
             if (priv)
                 free(mem);
         }
@@ -296,11 +318,12 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
     unsigned char *bc = malloc(bn);
     CHECK(in && out && ar && bc);
     for (int round = 0; round < 4; round++) {
-        for (size_t i = 0; i < bn; i++)
-            bc[i] = (unsigned char)(rank == 0 ? i * 5 + (size_t)round : 0);
+        if (rank == 0)
+            put_bytes(bc, bn, 0, 400 + (unsigned)round);
+        else
+            memset(bc, 0, bn);
         CHECK_EQ(lockstep_comm_broadcast(c, bc, bn, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
-        for (size_t i = 0; i < bn; i++)
-            CHECK_EQ(bc[i], (unsigned char)(i * 5 + (size_t)round));
+        CHECK_EQ(first_wrong(bc, bn, 0, 400 + (unsigned)round), bn);
         for (size_t i = 0; i < n * (size_t)size; i++)
             in[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
         CHECK_EQ(lockstep_comm_reduce_scatter(c, in, out, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
@@ -383,14 +406,16 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
     for (int round = 0; round < 12; round++) {
         int kind = round % 4; /* 0 zero-copy, 1 mixed, 2 copying, 3 broadcast first */
         if (kind == 3) {
-            for (int i = 0; i < 200000; i++)
-                bc[i] = (unsigned char)(rank == 0 ? i * 3 + round : 0);
+            if (rank == 0)
+                put_bytes(bc, 200000, 0, 500 + (unsigned)round);
+            else
+                memset(bc, 0, 200000);
             CHECK_EQ(lockstep_comm_broadcast(c, bc, 200000, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
-            for (int i = 0; i < 200000; i++)
-                if (bc[i] != (unsigned char)(i * 3 + round)) {
-                    fprintf(stderr, "rank %d: broadcast in round %d: byte %d wrong\n", rank, round, i);
-                    return 1;
-                }
+            size_t w = first_wrong(bc, 200000, 0, 500 + (unsigned)round);
+            if (w < 200000) {
+                fprintf(stderr, "rank %d: broadcast in round %d: byte %zu wrong\n", rank, round, w);
+                return 1;
+            }
         }
         int in_buf = kind == 0 || kind == 3 || (kind == 1 && rank % 2 == 0);
         int32_t *v = in_buf ? (int32_t *)(void *)(buf + 4096 * (size_t)(round % 3)) : mine;
@@ -416,8 +441,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
     unsigned char *grecv = mmap(NULL, gb * (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(gsend != NULL && grecv != MAP_FAILED);
     for (unsigned round = 0; round < 6; round++) {
-        for (size_t i = 0; i < gb; i++)
-            gsend[i] = gbyte(i, rank, cs + round);
+        put_bytes(gsend, gb, rank, cs + round);
         for (size_t i = 0; i < n; i++) { /* before the allgather: nothing between the calls */
             mine[i] = (int32_t)(i * (size_t)(rank + 1) + round);
             want[i] = (int32_t)(i * (size_t)(size * (size + 1) / 2) + round * (size_t)size);
@@ -427,13 +451,14 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
         CHECK_EQ(lockstep_comm_allgather(c, gsend, grecv, gb, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
         CHECK_EQ(lockstep_comm_allreduce(c, mine, mine, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
         CHECK(memcmp(mine, want, n * 4) == 0);
-        for (int k = 0; k < size; k++)
-            for (size_t i = 0; i < gb; i++)
-                if (grecv[(size_t)k * gb + i] != gbyte(i, k, cs + round)) {
-                    fprintf(stderr, "rank %d: allgather before an allreduce, round %u: rank %d's byte %zu wrong\n",
-                            rank, round, k, i);
-                    return 1;
-                }
+        for (int k = 0; k < size; k++) {
+            size_t w = first_wrong(grecv + (size_t)k * gb, gb, k, cs + round);
+            if (w < gb) {
+                fprintf(stderr, "rank %d: allgather before an allreduce, round %u: rank %d's byte %zu wrong\n", rank,
+                        round, k, w);
+                return 1;
+            }
+        }
     }
     munmap(grecv, gb * (size_t)size);
     free(gsend);
@@ -537,8 +562,7 @@ static int body(int rank, int size, const char *job)
                 int root = (int)(si + (unsigned)order) % size;
                 unsigned char *buf = malloc(n + 1), *want = malloc(n + 1);
                 CHECK(buf && want);
-                for (size_t i = 0; i < n; i++)
-                    want[i] = (unsigned char)(i * 31 + (i >> 12) * 101 + si * 7 + (size_t)order); /* not periodic in pieces */
+                put_bytes(want, n, order, 100 + si); /* not periodic in pieces */
                 if (rank == root)
                     memcpy(buf, want, n);
                 else
@@ -548,20 +572,20 @@ static int body(int rank, int size, const char *job)
 
                 unsigned char *all = malloc((size_t)size * n + 1), *mine = malloc(n + 1);
                 CHECK(all && mine);
-                for (size_t i = 0; i < n; i++)
-                    mine[i] = (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)rank * 101 + si);
+                put_bytes(mine, n, rank, 200 + si);
                 memset(all, 0xcd, (size_t)size * n);
                 int in_place = si & 1;
                 if (in_place)
                     memcpy(all + (size_t)rank * n, mine, n);
                 CHECK_EQ(lockstep_comm_allgather(c, in_place ? all + (size_t)rank * n : mine, all, n, order, xfer), 0);
-                for (int r = 0; r < size; r++)
-                    for (size_t i = 0; i < n; i++)
-                        if (all[(size_t)r * n + i] != (unsigned char)(i * 13 + (i >> 12) * 37 + (size_t)r * 101 + si)) {
-                            fprintf(stderr, "rank %d: allgather order=%d xfer=%d n=%zu: block %d byte %zu wrong\n",
-                                    rank, order, xfer, n, r, i);
-                            return 1;
-                        }
+                for (int r = 0; r < size; r++) {
+                    size_t w = first_wrong(all + (size_t)r * n, n, r, 200 + si);
+                    if (w < n) {
+                        fprintf(stderr, "rank %d: allgather order=%d xfer=%d n=%zu: block %d byte %zu wrong\n", rank,
+                                order, xfer, n, r, w);
+                        return 1;
+                    }
+                }
                 free(all);
                 free(mine);
                 free(buf);
@@ -585,8 +609,7 @@ static int body(int rank, int size, const char *job)
     for (int round = 0; round < 2 * size; round++) {
         int root = round % size;
         lockstep_xfer_t xfer = round / size ? LOCKSTEP_PUSH : LOCKSTEP_PULL;
-        for (size_t i = 0; i < tn; i++)
-            tw[i] = (unsigned char)(i * 7 + (i >> 12) * 101 + (size_t)round * 13); /* differs per piece */
+        put_bytes(tw, tn, round, 600); /* differs per piece */
         /* receivers copy into fresh pages, a fault per piece, so the root runs ahead
          * and must wait for them before it reuses a piece */
         unsigned char *tb = mmap(NULL, tn, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

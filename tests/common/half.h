@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t soft_half_from_float(float f)
+#include "check.h"
+
+TEST_UNTRACED static inline uint16_t soft_half_from_float(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -34,7 +36,7 @@ static inline uint16_t soft_half_from_float(float f)
     return (uint16_t)(sign | m);
 }
 
-static inline float soft_half_to_float(uint16_t h)
+TEST_UNTRACED static inline float soft_half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
     if (e == 0x1fu)
@@ -51,7 +53,7 @@ static inline float soft_half_to_float(uint16_t h)
 }
 
 #ifdef __FLT16_MANT_DIG__
-static inline uint16_t test_half_from_float(float f)
+TEST_UNTRACED static inline uint16_t test_half_from_float(float f)
 {
     _Float16 x = (_Float16)f;
     uint16_t h;
@@ -59,7 +61,7 @@ static inline uint16_t test_half_from_float(float f)
     return h;
 }
 
-static inline float test_half_to_float(uint16_t h)
+TEST_UNTRACED static inline float test_half_to_float(uint16_t h)
 {
     _Float16 x;
     memcpy(&x, &h, 2);
@@ -70,7 +72,7 @@ static inline float test_half_to_float(uint16_t h)
 #define test_half_to_float soft_half_to_float
 #endif
 
-static inline int test_half_is_nan(uint16_t h)
+TEST_UNTRACED static inline int test_half_is_nan(uint16_t h)
 {
     return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu);
 }

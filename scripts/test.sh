@@ -8,8 +8,9 @@
 # the reduction kernels, single-threaded code within one process, and ThreadSanitizer
 # sees nothing between processes; the other four builds run them (a minute less).
 # Likewise it runs the random sequences at 4 ranks and the killing ones at 3
-# (comm_random_4, comm_random_kill_3: pool threads and the killer thread), not at
-# every count (half a minute less).
+# (comm_random_4, comm_random_kill_3: pool threads and the killer thread), and those
+# through lockstep_mpi in one layout (comm_random_mpi_5ranks_2pernode), not in
+# every one (a minute less).
 # Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."

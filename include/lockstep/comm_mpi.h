@@ -35,17 +35,27 @@
  * results; an f16 or bf16 allreduce is rounded once per node and once more between
  * nodes. Errors: those of lockstep/comm.h, and -LOCKSTEP_EMPI when an MPI call
  * returns an error (the MPI communicators here are set to return errors, not abort).
+ * Unlike comm.h's, a call that fails may leave part of the result in recv (its node's,
+ * when the leaders find the failure after the node's step: a mismatch between nodes,
+ * say); only a rank's own -EINVAL, and calls that every rank refused alike, leave
+ * everything as it was. The sends are never written.
  * What MPI cannot give: mismatched calls are detected inside each node only (unless
  * params.check_calls, at one more small MPI allreduce per call), and a
  * node whose leader never reaches MPI makes the other leaders wait out their deadline
  * (-ETIMEDOUT); the pending MPI request is then abandoned, and the communicator is
- * broken (free it; later calls return the same error). MPI cannot cancel a collective,
+ * broken (free it; later calls return the same error). With params.check_calls, a
+ * call that fails inside one node (its ranks' calls differ, a peer died, a cancel)
+ * still has that node's leader take its turn among the leaders, so the other nodes
+ * fail at once with the same error instead of at their deadline (not for an
+ * all-to-all, nor after a timeout). MPI cannot cancel a collective,
  * so an abandoned request may still read or write its buffers until MPI_Finalize:
  * MPI is never given the caller's buffers, only copies in a scratch the communicator
  * keeps (grown to the largest call: on leaders the message, size * bytes for
  * allgather; see reduce_scatter and alltoall), which a broken communicator never
  * frees, nor the arrays MPI reads. Without the memory for it a leader fails its node
- * with -ENOMEM, and the other leaders wait out their deadline. Invalid arguments on
+ * with -ENOMEM (-LOCKSTEP_EMISMATCH on the node's other ranks), and the other leaders
+ * wait out their deadline; with params.check_calls they fail at once with
+ * -LOCKSTEP_EMISMATCH. Invalid arguments on
  * one rank (-EINVAL there) end the call on its node at once, with
  * -LOCKSTEP_EPEERINVAL on the others (comm.h: "Invalid arguments"); with one node the
  * communicator goes on, with more it is broken on that node and the other nodes' ranks
@@ -54,10 +64,12 @@
  * possibly their node's part of the result), and the communicator is broken on every
  * rank except the one with invalid arguments when it does not lead its node (it
  * cannot know whether every other rank refused too; free the communicator there as
- * well). That is so except in an all-to-all when the rank with invalid arguments is
- * not its node's leader (there the leaders compare calls before the node's first
- * step). Ranks that all pass the same invalid arguments all get -EINVAL, and the
- * communicator goes on.
+ * well). That is so except when the rank with invalid arguments is not its node's
+ * leader in an all-to-all (there the leaders compare calls before the node's first
+ * step), or in a broadcast whose root is on another node (its node's first step
+ * comes after the leaders'): then the other nodes may have finished the call. Ranks
+ * that all pass the same invalid arguments all get -EINVAL, and the communicator
+ * goes on.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */
@@ -80,7 +92,10 @@ typedef struct lockstep_mpi_params {
                                     cancel, buffer_bytes, cpu_sharers (0: every
                                     rank on the machine, which differs from the
                                     node's size with ranks_per_node); job, rank
-                                    and size are filled in here */
+                                    and size are filled in here, and
+                                    broadcast_eager_bytes is 0 there (a node's
+                                    broadcasts carry outcomes that every rank
+                                    must learn in the call) */
     int ranks_per_node;          /* 0 (default): a node is the ranks that share memory
                                     (MPI_COMM_TYPE_SHARED); n > 0: those are further
                                     split into ceil(ranks / n) groups, dealt round-
@@ -97,9 +112,10 @@ typedef struct lockstep_mpi_params {
                                     so calls that differ between nodes fail with
                                     -LOCKSTEP_EMISMATCH on every rank instead of
                                     being undefined in MPI, and a call one node
-                                    refused (invalid arguments) fails the others
-                                    at once. 0 (default): compared inside each
-                                    node only */
+                                    refused (invalid arguments) or failed inside
+                                    it (its ranks' calls differ, say) fails the
+                                    others at once. 0 (default): compared inside
+                                    each node only */
     int consecutive;             /* with ranks_per_node: nonzero, each group takes
                                     consecutive ranks (0 to n-1, n to 2n-1, ...), as
                                     a by-slot or by-core mapping places them, so

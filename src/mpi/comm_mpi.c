@@ -125,14 +125,16 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
 }
 
 /* params.check_calls: the leaders compare their calls. fields: which call, op, dtype,
- * root, count, and 1 from a leader whose node's call was void (invalid arguments on
- * one of its ranks), else 0. Returns 0 when every leader names the same call, none
- * void; -LOCKSTEP_EMISMATCH when they differ; -LOCKSTEP_EPEERINVAL when some node's
- * call was void and some not; 1 when every node's was void; or an error of mpi_wait.
- * One MPI_MAX allreduce of each field and of its negation gives every field's largest
- * and smallest value at once. */
+ * root, count; 1 from a leader whose node's call was void (invalid arguments on one of
+ * its ranks), else 0; and the error (positive) with which its node's call failed, else
+ * 0. Returns the negated largest such error when some node's call failed (so every
+ * leader returns the same); else 0 when every leader names the same call, none void;
+ * -LOCKSTEP_EMISMATCH when they differ; -LOCKSTEP_EPEERINVAL when some node's call was
+ * void and some not; 1 when every node's was void; or an error of mpi_wait. One
+ * MPI_MAX allreduce of each field and of its negation gives every field's largest and
+ * smallest value at once. */
 enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
-enum { AGREE_FIELDS = 6, AGREE_WORDS = 4 * AGREE_FIELDS, AGREE_VOID = AGREE_FIELDS - 1 };
+enum { AGREE_FIELDS = 7, AGREE_WORDS = 4 * AGREE_FIELDS, AGREE_VOID = 5, AGREE_FAILED = 6 };
 
 static int agree(lockstep_mpi_comm_t *c, const int64_t fields[AGREE_FIELDS])
 {
@@ -147,6 +149,8 @@ static int agree(lockstep_mpi_comm_t *c, const int64_t fields[AGREE_FIELDS])
     int rc = mpi_wait(c, &req, MPI_Iallreduce(v, got, 2 * F, MPI_INT64_T, MPI_MAX, c->leaders, &req));
     if (rc)
         return rc;
+    if (got[AGREE_FAILED])
+        return (int)-got[AGREE_FAILED];
     if (got[AGREE_VOID]) /* the largest: some node's call was void; the smallest: all were */
         return -got[F + AGREE_VOID] ? 1 : -LOCKSTEP_EPEERINVAL;
     for (int k = 0; k < F; k++)
@@ -159,34 +163,41 @@ static int leaders_agree(lockstep_mpi_comm_t *c, int call, int op, int dtype, in
 {
     if (!c->check_calls)
         return 0;
-    int64_t fields[AGREE_FIELDS] = {call, op, dtype, root, (int64_t)count, 0};
+    int64_t fields[AGREE_FIELDS] = {call, op, dtype, root, (int64_t)count, 0, 0};
     return agree(c, fields);
 }
 
-/* params.check_calls, on the leader of a node whose call was void: its turn in the
- * leaders' agreement, marked void, so that the other nodes fail at once with
- * -LOCKSTEP_EPEERINVAL instead of at their deadline. When every node's call was void
- * the communicator goes on; else it is broken here too. */
-static void void_call(lockstep_mpi_comm_t *c)
+/* params.check_calls, on the leader of a node whose call ended in the node with rc:
+ * its turn in the leaders' agreement all the same, so that the other nodes end theirs
+ * at once instead of at their deadline.
+ *   - A void call (invalid arguments on one of the node's ranks: rc -EINVAL or
+ *     -LOCKSTEP_EPEERINVAL) gives them -LOCKSTEP_EPEERINVAL. When every node's call
+ *     was void the communicator goes on; else it is broken here too.
+ *   - Any other failure gives them rc: a mismatch among the node's ranks, a peer's
+ *     death, a cancel. The leader's own -ENOMEM goes as the -LOCKSTEP_EMISMATCH its
+ *     node's other ranks got. (The caller breaks the communicator.)
+ *   - Not after -ETIMEDOUT (the deadline has passed) or -LOCKSTEP_EFORKED. */
+static void node_turn(lockstep_mpi_comm_t *c, int rc)
 {
-    if (!c->check_calls || c->local != 0 || c->nodes == 1)
+    if (!c->check_calls || c->local != 0 || c->nodes == 1 || rc == -ETIMEDOUT || rc == -LOCKSTEP_EFORKED)
         return;
-    int64_t fields[AGREE_FIELDS] = {0, 0, 0, 0, 0, 1};
-    int rc = agree(c, fields);
-    if (rc != 1 && !c->broken)
-        c->broken = rc;
+    int refused = rc == -EINVAL || rc == -LOCKSTEP_EPEERINVAL;
+    int64_t fields[AGREE_FIELDS] = {0, 0, 0, 0, 0, refused, refused ? 0 : rc == -ENOMEM ? LOCKSTEP_EMISMATCH : -rc};
+    int arc = agree(c, fields);
+    if (refused && arc != 1 && !c->broken)
+        c->broken = arc;
 }
 
 /* A call whose arguments are invalid on this rank (found here, before the node's
  * call): -EINVAL, and its turn in the node's call taken anyway, refused, so that the
  * ranks of this node end theirs at once (comm.h: "Invalid arguments"). With more
  * nodes, theirs then wait out their deadline, as for any call a node fails, unless
- * params.check_calls lets the leaders tell them (void_call). */
+ * params.check_calls lets the leaders tell them (node_turn). */
 static int refused(lockstep_mpi_comm_t *c)
 {
     if (!c->broken) {
         (void)lockstep_comm_refuse(c->node);
-        void_call(c);
+        node_turn(c, -EINVAL);
     }
     return -EINVAL;
 }
@@ -198,8 +209,7 @@ static int refused(lockstep_mpi_comm_t *c)
 static int ends_in_node(lockstep_mpi_comm_t *c, int *rc)
 {
     if (*rc) {
-        if (*rc == -EINVAL || *rc == -LOCKSTEP_EPEERINVAL)
-            void_call(c);
+        node_turn(c, *rc);
         *rc = fail(c, *rc);
         return 1;
     }
@@ -397,6 +407,10 @@ static int setup(lockstep_mpi_comm_t *c, MPI_Comm comm, const lockstep_mpi_param
         return -LOCKSTEP_EMPI;
     np.rank = c->local;
     np.size = c->local_size;
+    /* An eager root (the leader sharing its outcome, say) would learn of a peer's
+     * refusal or disagreement only in a later call, and its node's ranks would meet
+     * a refusal as a mismatch: every rank must end a call alike. */
+    np.broadcast_eager_bytes = 0;
     /* Emulated nodes (ranks_per_node) share the machine's CPUs with each other: a rank
      * that spun (sized for its node alone) while its leader waits in MPI would take
      * the CPU the leader needs. 4 ranks in 2 nodes on 2 CPUs, 4-byte allreduce: 131 us

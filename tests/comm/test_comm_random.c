@@ -29,9 +29,27 @@
  * SIGKILLs itself up to 2 ms into a call drawn from SEED (in it, or in one of the
  * next): from that call on, each survivor's calls return as before or
  * -LOCKSTEP_EPEERDIED (recv's contents then open, its guards not), and once one has,
- * so does every later call; no segment is left. */
+ * so does every later call; no segment is left.
+ *
+ * Built with RANDOM_MPI (test_comm_random_mpi), the same sequences run through
+ * lockstep/comm_mpi.h under mpiexec, over groups of ranks standing in for nodes:
+ *
+ *   mpiexec -n N test_comm_random_mpi RANKS_PER_NODE SEED CALLS [consecutive]
+ *
+ * with params.check_calls, each communicator drawing a piece size too. Calls have no
+ * order or transfer there, nor refuse; and what comm_mpi.h leaves out is not drawn: a
+ * refusal or a disagreement by a rank that does not lead its node, in an all-to-all
+ * or in a broadcast whose root is on another node. With more than one node a refusal breaks the communicator (every rank
+ * then makes a new one) and leaves the recv of the ranks that did not refuse open, as
+ * a mismatch leaves every rank's. */
 #include "comm_harness.h"
 #include "../common/half.h"
+#ifdef RANDOM_MPI
+#include "lockstep/comm_mpi.h"
+typedef lockstep_mpi_comm_t comm_t;
+#else
+typedef lockstep_comm_t comm_t;
+#endif
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -44,6 +62,40 @@ static int g_calls;
 /* kill mode: rank g_victim kills itself, from a thread, up to 2 ms after it starts its
  * call number g_death */
 static int g_kill, g_victim, g_death;
+#ifdef RANDOM_MPI
+static int g_rpn, g_cons; /* ranks_per_node (0: one node) and consecutive */
+#endif
+
+/* The node rank r is in, and whether it leads it (lockstep/comm_mpi.h's layout
+ * of ranks_per_node; one node without RANDOM_MPI) */
+static int node_of(int r, int size)
+{
+#ifdef RANDOM_MPI
+    if (g_rpn > 0)
+        return g_cons ? r / g_rpn : r % ((size + g_rpn - 1) / g_rpn);
+#endif
+    (void)r;
+    (void)size;
+    return 0;
+}
+
+#ifdef RANDOM_MPI
+static int leads(int r, int size)
+{
+    for (int q = 0; q < r; q++)
+        if (node_of(q, size) == node_of(r, size))
+            return 0;
+    return 1;
+}
+#endif
+
+static int several_nodes(int size)
+{
+    for (int r = 1; r < size; r++)
+        if (node_of(r, size) != 0)
+            return 1;
+    return 0;
+}
 
 /* ---- the shared sequence ---------------------------------------------------------- */
 
@@ -82,7 +134,7 @@ static const char *const kind_name[] = {"allreduce", "reduce_scatter", "alltoall
 enum fault { F_NONE, F_REFUSE, F_REFUSE_ALL, F_MISMATCH };
 
 struct setting { /* one communicator's, the same on every rank */
-    size_t small, chunk, ar_small, eager, buffer;
+    size_t small, chunk, ar_small, eager, buffer, piece; /* piece: RANDOM_MPI's piece_bytes */
     int pool, sharers, passive;
     int calls; /* then a new communicator, unless a mismatch broke this one first */
 };
@@ -151,6 +203,7 @@ static struct setting pick_setting(uint64_t seed, int gen, int size)
     s.pool = below(&r, 4) == 0;
     s.sharers = below(&r, 4) == 0 ? 2 * size : 0; /* as if other jobs kept the CPUs busy */
     s.passive = below(&r, 4) == 0;
+    s.piece = (size_t[]){0, 0, 4096, 65536, 1000003}[below(&r, 5)];
     /* then a new communicator; not in kill mode, where it would wait for the dead rank */
     s.calls = g_kill ? g_calls : 20 + (int)below(&r, 60);
     return s;
@@ -180,6 +233,9 @@ static struct call pick_call(uint64_t seed, int gen, int i, const struct setting
         k.fault = F_REFUSE;
         k.odd = (int)below(&r, (size_t)size);
         k.how = (int)below(&r, 2); /* 0: invalid arguments, 1: lockstep_comm_refuse */
+#ifdef RANDOM_MPI
+        k.how = 0; /* (no refuse there) */
+#endif
     } else if (size > 1 && !eager && !g_kill && f < 9) { /* kill: one communicator throughout */
         k.fault = F_MISMATCH;
         k.odd = (int)below(&r, (size_t)size);
@@ -235,6 +291,38 @@ static int mismatched(struct call *k, const struct setting *s, int size)
     }
     /* the changed call must not be an eager broadcast either */
     return !(k->kind == K_BROADCAST && s->eager && k->n <= s->eager);
+}
+
+/* Whether lockstep/comm_mpi.h defines what call k's fault does (changed: the odd rank's
+ * call in a mismatch); always without RANDOM_MPI. There, an all-to-all's and a
+ * gather's invalid forms need a block, and calls have no transfer to differ in; with
+ * several nodes a rank that does not
+ * lead its node must not refuse or change an all-to-all (the leaders compare it
+ * before the node's first step), nor refuse or change a broadcast on a node that only receives
+ * (its node's first step comes after the leaders'); nobody changes a broadcast's
+ * root, which changes which node steps a rank takes. */
+static int fault_defined(const struct call *k, const struct call *changed, int size)
+{
+#ifdef RANDOM_MPI
+    if (k->fault != F_MISMATCH && k->n == 0 && (k->kind == K_ALLGATHER || k->kind == K_ALLTOALL))
+        return 0;
+    if (k->fault == F_MISMATCH && changed->xfer != k->xfer) /* (there is none to differ) */
+        return 0;
+    if (k->fault == F_REFUSE_ALL || !several_nodes(size))
+        return 1;
+    if (k->fault == F_MISMATCH && changed->root != k->root)
+        return 0;
+    if (leads(k->odd, size))
+        return 1;
+    if (k->kind == K_ALLTOALL)
+        return 0;
+    return !(k->kind == K_BROADCAST && node_of(k->odd, size) != node_of(k->root, size));
+#else
+    (void)k;
+    (void)changed;
+    (void)size;
+    return 1;
+#endif
 }
 
 /* ---- values ----------------------------------------------------------------------- */
@@ -417,7 +505,43 @@ static int compare(const char *what, const unsigned char *area, size_t bytes, co
 }
 
 /* The call as this rank makes it; invalid: with arguments lockstep must refuse. */
-static int make_call(lockstep_comm_t *c, const struct call *k, const struct place *p, int invalid, int size)
+#ifdef RANDOM_MPI
+static int make_call(comm_t *c, const struct call *k, const struct place *p, int invalid, int size)
+{
+    switch (k->kind) {
+    case K_ALLREDUCE:
+        return lockstep_mpi_allreduce(c, p->send, p->recv, k->n, k->dt, invalid ? (lockstep_op_t)9 : k->op);
+    case K_REDUCE_SCATTER:
+        return lockstep_mpi_reduce_scatter(c, p->send, p->recv, k->n, invalid ? (lockstep_dtype_t)7 : k->dt, k->op);
+    case K_ALLTOALL: /* invalid: send and recv overlap (fault_defined keeps such blocks non-empty) */
+        return lockstep_mpi_alltoall(c, invalid ? p->recv + 1 : p->send, p->recv, k->n);
+    case K_BROADCAST:
+        return lockstep_mpi_broadcast(c, p->recv, k->n, invalid ? size : k->root);
+    case K_ALLGATHER: /* invalid: no send (the same) */
+        return lockstep_mpi_allgather(c, invalid ? NULL : p->send, p->recv, k->n);
+    default: /* the refuser calls an invalid allreduce */
+        return invalid ? lockstep_mpi_allreduce(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM)
+                       : lockstep_mpi_barrier(c);
+    }
+}
+#define comm_barrier lockstep_mpi_barrier
+#define comm_free lockstep_mpi_comm_free
+static unsigned char *comm_buffer(comm_t *c, size_t *bytes)
+{
+    return lockstep_comm_buffer(lockstep_mpi_comm_node(c), bytes);
+}
+static int comm_refuse(comm_t *c)
+{
+    (void)c;
+    CHECK(!"pick_call draws no lockstep_comm_refuse under RANDOM_MPI");
+    return 0;
+}
+#else
+#define comm_refuse lockstep_comm_refuse
+#define comm_barrier lockstep_comm_barrier
+#define comm_free lockstep_comm_free
+#define comm_buffer lockstep_comm_buffer
+static int make_call(comm_t *c, const struct call *k, const struct place *p, int invalid, int size)
 {
     switch (k->kind) {
     case K_ALLREDUCE:
@@ -435,6 +559,7 @@ static int make_call(lockstep_comm_t *c, const struct call *k, const struct plac
                        : lockstep_comm_barrier(c);
     }
 }
+#endif
 
 /* ---- a rank --------------------------------------------------------------------- */
 
@@ -445,8 +570,8 @@ static void *killer(void *arg)
     return NULL;
 }
 
-static lockstep_comm_t *make_comm(const struct setting *s, int gen, int rank, int size, const char *job,
-                                  lockstep_pool_t **pool)
+static comm_t *make_comm(const struct setting *s, int gen, int rank, int size, const char *job,
+                         lockstep_pool_t **pool)
 {
     lockstep_comm_params_t p = harness_params(rank, size, job);
     snprintf(p.job, sizeof p.job, "%s-%d", job, gen);
@@ -477,7 +602,17 @@ static lockstep_comm_t *make_comm(const struct setting *s, int gen, int rank, in
         CHECK(*pool != NULL);
         p.pool = *pool;
     }
-    lockstep_comm_t *c = lockstep_comm_create(&p);
+#ifdef RANDOM_MPI
+    lockstep_mpi_params_t mp = lockstep_mpi_params_default();
+    mp.node = p; /* (job, rank and size are lockstep_mpi's to fill in) */
+    mp.ranks_per_node = g_rpn;
+    mp.consecutive = g_cons;
+    mp.piece_bytes = s->piece;
+    mp.check_calls = 1;
+    comm_t *c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &mp);
+#else
+    comm_t *c = lockstep_comm_create(&p);
+#endif
     if (!c)
         fprintf(stderr, "rank %d: comm_create (generation %d): %s\n", rank, gen, lockstep_strerror(-errno));
     return c;
@@ -498,16 +633,16 @@ static int rank_body(int rank, int size, const char *job)
     while (cn < g_calls && !bad) {
         struct setting s = pick_setting(g_seed, gen, size);
         lockstep_pool_t *pool;
-        lockstep_comm_t *c = make_comm(&s, gen, rank, size, job, &pool);
+        comm_t *c = make_comm(&s, gen, rank, size, job, &pool);
         if (!c)
             return 1;
-        m.shared = s.buffer ? lockstep_comm_buffer(c, &m.shared_bytes) : NULL;
+        m.shared = s.buffer ? comm_buffer(c, &m.shared_bytes) : NULL;
         CHECK(!s.buffer || m.shared);
         int broken = 0, dead = 0;
         for (int i = 0; i < s.calls && cn < g_calls && !broken && !bad; i++, cn++) {
             struct call k = pick_call(g_seed, gen, i, &s, size), changed = k;
-            if (k.fault == F_MISMATCH && !mismatched(&changed, &s, size)) /* every rank draws the same */
-                k.fault = F_NONE;
+            if ((k.fault == F_MISMATCH && !mismatched(&changed, &s, size)) || !fault_defined(&k, &changed, size))
+                k.fault = F_NONE; /* (every rank draws the same) */
             int odd = rank == k.odd && k.fault != F_NONE && k.fault != F_REFUSE_ALL;
             struct call mine = odd && k.fault == F_MISMATCH ? changed : k; /* the odd rank's call disagrees */
             struct place p = place_call(&mine, &m, g_seed, gen, i, rank, size);
@@ -520,7 +655,7 @@ static int rank_body(int rank, int size, const char *job)
                 pthread_t t;
                 CHECK_EQ(pthread_create(&t, NULL, killer, (void *)(uintptr_t)below(&late, 2000)), 0);
             }
-            int rc = k.fault == F_REFUSE && odd && k.how == 1 ? lockstep_comm_refuse(c)
+            int rc = k.fault == F_REFUSE && odd && k.how == 1 ? comm_refuse(c)
                                                                : make_call(c, &mine, &p, invalid, size);
             int want = 0;
             switch (k.fault) {
@@ -546,10 +681,13 @@ static int rank_body(int rank, int size, const char *job)
                 kinds[mine.kind]++;
                 expect(&mine, &p, m.want, cn, rank, size);
             }
-            if (died) { /* recv may hold part of the result: only the guards must hold */
+            /* past one node, a refusal (on the others) or a mismatch may leave recv
+             * holding the node's part (comm_mpi.h) */
+            int open = several_nodes(size) && ((k.fault == F_REFUSE && !odd) || k.fault == F_MISMATCH);
+            if (died || open) { /* recv may hold part of the result: only the guards must hold */
                 memcpy(m.want + GUARD, p.r, p.r_bytes);
-                dead = 1;
-                if (rank == (g_victim ? 0 : 1))
+                dead = died;
+                if (died && rank == (g_victim ? 0 : 1))
                     fprintf(stderr, "%d ranks, seed %" PRIu64 ": rank %d died from call %d on; rank %d saw it in "
                             "call %d (%s of %zu)\n", size, g_seed, g_victim, g_death, rank, cn,
                             kind_name[mine.kind], mine.n);
@@ -558,9 +696,11 @@ static int rank_body(int rank, int size, const char *job)
             if (p.s)
                 bad |= compare("send", p.s, p.s_bytes, m.before_s, ctx);
             if (k.fault == F_MISMATCH) { /* broken, with the same error, on every rank */
-                CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EMISMATCH);
+                CHECK_EQ(comm_barrier(c), -LOCKSTEP_EMISMATCH);
                 broken = 1;
             }
+            if (k.fault == F_REFUSE && several_nodes(size)) /* broken (but on a refuser that does not lead) */
+                broken = 1;
             if (dead) {
                 cn++; /* counted as the for loop would */
                 break;
@@ -570,15 +710,16 @@ static int rank_body(int rank, int size, const char *job)
             for (;;) /* until the killer thread's signal */
                 pause();
         if (g_kill && !bad) { /* the death reaches every survivor, and stays */
-            CHECK_EQ(lockstep_comm_barrier(c), -LOCKSTEP_EPEERDIED);
-            CHECK_EQ(lockstep_comm_allreduce(c, m.heap_r, m.heap_r, 1, LOCKSTEP_F32, LOCKSTEP_SUM),
-                     -LOCKSTEP_EPEERDIED);
-            lockstep_comm_free(c);
+            CHECK_EQ(comm_barrier(c), -LOCKSTEP_EPEERDIED);
+            struct call one = {.kind = K_ALLREDUCE, .dt = LOCKSTEP_F32, .op = LOCKSTEP_SUM, .n = 1};
+            struct place in_place = {.send = m.heap_r, .recv = m.heap_r};
+            CHECK_EQ(make_call(c, &one, &in_place, 0, size), -LOCKSTEP_EPEERDIED);
+            comm_free(c);
             lockstep_pool_free(pool);
             gen++;
             break;
         }
-        lockstep_comm_free(c);
+        comm_free(c);
         lockstep_pool_free(pool);
         gen++;
     }
@@ -595,6 +736,29 @@ static int rank_body(int rank, int size, const char *job)
     return bad;
 }
 
+#ifdef RANDOM_MPI
+int main(int argc, char **argv)
+{
+    CHECK_EQ(MPI_Init(&argc, &argv), MPI_SUCCESS);
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "consecutive") == 0)) {
+        fprintf(stderr, "usage: mpiexec -n N %s RANKS_PER_NODE SEED CALLS [consecutive]\n", argv[0]);
+        return 1;
+    }
+    watchdog(300);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    g_rpn = atoi(argv[1]);
+    g_seed = strtoull(argv[2], NULL, 10);
+    g_calls = atoi(argv[3]);
+    g_cons = argc == 5;
+    CHECK(size >= 1 && size <= MAX_TEST_RANKS && g_calls > 0 && g_rpn >= 0);
+    int bad = rank_body(rank, size, ""), any = 1;
+    CHECK_EQ(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), MPI_SUCCESS);
+    CHECK_EQ(MPI_Finalize(), MPI_SUCCESS);
+    return any;
+}
+#else
 int main(int argc, char **argv)
 {
     if (argc != 4 && !(argc == 5 && strcmp(argv[4], "kill") == 0)) {
@@ -613,3 +777,4 @@ int main(int argc, char **argv)
     harness_run_clean(rank_body, size, "random", 300, g_kill ? 1u << g_victim : 0u);
     return 0;
 }
+#endif

@@ -399,6 +399,39 @@ int main(int argc, char **argv)
         check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
         lockstep_mpi_comm_free(c);
     }
+    /* check_calls and a call that fails inside one node: one rank of a node of two or
+     * more (the last such rank, then its node's leader) names another count, op or
+     * collective than the rest of its node. Its node fails the call with
+     * -LOCKSTEP_EMISMATCH, and its leader's turn among the leaders gives every other
+     * node the same at once (at their deadline, -ETIMEDOUT, without it). The
+     * broadcast's root is the odd rank's node leader, so that the mismatch is in the
+     * node's first step (a node that only receives compares its call with its
+     * leader's after the leaders' step: there the others have their data). */
+    int odd_rank = -1;
+    for (int r = 0; r < N && want_nodes > 1; r++)
+        if (local_of(r, want_nodes) > 0)
+            odd_rank = r;
+    for (int k = 0; k < 12 && odd_rank >= 0; k++) {
+        int who = k < 6 ? odd_rank : leader_of(node_of(odd_rank, want_nodes)), odd = R == who;
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        float v[64] = {0};
+        int rc = 0;
+        switch (k % 6) {
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MIN : LOCKSTEP_SUM); break;
+        case 2: rc = lockstep_mpi_allgather(c, v, v + 8, odd ? 8 : 4); break;
+        case 3: rc = odd ? lockstep_mpi_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM) : lockstep_mpi_barrier(c); break;
+        case 4: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 5: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, leader_of(node_of(odd_rank, want_nodes))); break;
+        }
+        if (rc != -LOCKSTEP_EMISMATCH)
+            fprintf(stderr, "rank %d: rank %d's call differs from its node's, case %d: got %s, want mismatch\n", R,
+                    who, k % 6, lockstep_strerror(rc));
+        CHECK_EQ(rc, -LOCKSTEP_EMISMATCH);
+        CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
+        lockstep_mpi_comm_free(c);
+    }
     p.node.timeout_ms = 30000;
     p.check_calls = 0;
 

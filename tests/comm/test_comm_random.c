@@ -37,11 +37,11 @@
  *   mpiexec -n N test_comm_random_mpi RANKS_PER_NODE SEED CALLS [consecutive]
  *
  * with params.check_calls, each communicator drawing a piece size too. Calls have no
- * order or transfer there, nor refuse; and what comm_mpi.h leaves out is not drawn: a
- * refusal or a disagreement by a rank that does not lead its node, in an all-to-all
- * or in a broadcast whose root is on another node. With more than one node a refusal breaks the communicator (every rank
- * then makes a new one) and leaves the recv of the ranks that did not refuse open, as
- * a mismatch leaves every rank's. */
+ * order or transfer there, nor refuse; and what comm_mpi.h leaves out is not drawn:
+ * a refusal or a disagreement by a rank that does not lead its node, in an all-to-all
+ * or in a broadcast whose root is on another node. With more than one node a refusal
+ * breaks the communicator (every rank then makes a new one) and leaves the recv of
+ * the ranks that did not refuse open, as a mismatch leaves every rank's. */
 #include "comm_harness.h"
 #include "../common/half.h"
 #ifdef RANDOM_MPI
@@ -203,9 +203,9 @@ static struct setting pick_setting(uint64_t seed, int gen, int size)
     s.pool = below(&r, 4) == 0;
     s.sharers = below(&r, 4) == 0 ? 2 * size : 0; /* as if other jobs kept the CPUs busy */
     s.passive = below(&r, 4) == 0;
-    s.piece = (size_t[]){0, 0, 4096, 65536, 1000003}[below(&r, 5)];
     /* then a new communicator; not in kill mode, where it would wait for the dead rank */
     s.calls = g_kill ? g_calls : 20 + (int)below(&r, 60);
+    s.piece = (size_t[]){0, 0, 4096, 65536, 1000003}[below(&r, 5)];
     return s;
 }
 
@@ -295,12 +295,11 @@ static int mismatched(struct call *k, const struct setting *s, int size)
 
 /* Whether lockstep/comm_mpi.h defines what call k's fault does (changed: the odd rank's
  * call in a mismatch); always without RANDOM_MPI. There, an all-to-all's and a
- * gather's invalid forms need a block, and calls have no transfer to differ in; with
- * several nodes a rank that does not
- * lead its node must not refuse or change an all-to-all (the leaders compare it
- * before the node's first step), nor refuse or change a broadcast on a node that only receives
- * (its node's first step comes after the leaders'); nobody changes a broadcast's
- * root, which changes which node steps a rank takes. */
+ * gather's invalid forms need a block, and calls have no transfer to differ in. With
+ * several nodes a rank that does not lead its node must not refuse or change an
+ * all-to-all (the leaders compare it before the node's first step), nor a broadcast
+ * on a node that only receives (its node's first step comes after the leaders'); and
+ * nobody changes a broadcast's root, which changes which node steps a rank takes. */
 static int fault_defined(const struct call *k, const struct call *changed, int size)
 {
 #ifdef RANDOM_MPI
@@ -517,7 +516,7 @@ static int make_call(comm_t *c, const struct call *k, const struct place *p, int
         return lockstep_mpi_alltoall(c, invalid ? p->recv + 1 : p->send, p->recv, k->n);
     case K_BROADCAST:
         return lockstep_mpi_broadcast(c, p->recv, k->n, invalid ? size : k->root);
-    case K_ALLGATHER: /* invalid: no send (the same) */
+    case K_ALLGATHER: /* invalid: no send (fault_defined keeps such blocks non-empty) */
         return lockstep_mpi_allgather(c, invalid ? NULL : p->send, p->recv, k->n);
     default: /* the refuser calls an invalid allreduce */
         return invalid ? lockstep_mpi_allreduce(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM)

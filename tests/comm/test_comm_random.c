@@ -503,27 +503,10 @@ static int compare(const char *what, const unsigned char *area, size_t bytes, co
     return 1;
 }
 
-/* The call as this rank makes it; invalid: with arguments lockstep must refuse. */
+/* The collectives of comm_t: CALL(allreduce) is lockstep_mpi_allreduce or
+ * lockstep_comm_allreduce. */
 #ifdef RANDOM_MPI
-static int make_call(comm_t *c, const struct call *k, const struct place *p, int invalid, int size)
-{
-    switch (k->kind) {
-    case K_ALLREDUCE:
-        return lockstep_mpi_allreduce(c, p->send, p->recv, k->n, k->dt, invalid ? (lockstep_op_t)9 : k->op);
-    case K_REDUCE_SCATTER:
-        return lockstep_mpi_reduce_scatter(c, p->send, p->recv, k->n, invalid ? (lockstep_dtype_t)7 : k->dt, k->op);
-    case K_ALLTOALL: /* invalid: send and recv overlap (fault_defined keeps such blocks non-empty) */
-        return lockstep_mpi_alltoall(c, invalid ? p->recv + 1 : p->send, p->recv, k->n);
-    case K_BROADCAST:
-        return lockstep_mpi_broadcast(c, p->recv, k->n, invalid ? size : k->root);
-    case K_ALLGATHER: /* invalid: no send (fault_defined keeps such blocks non-empty) */
-        return lockstep_mpi_allgather(c, invalid ? NULL : p->send, p->recv, k->n);
-    default: /* the refuser calls an invalid allreduce */
-        return invalid ? lockstep_mpi_allreduce(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM)
-                       : lockstep_mpi_barrier(c);
-    }
-}
-#define comm_barrier lockstep_mpi_barrier
+#define CALL(f) lockstep_mpi_##f
 #define comm_free lockstep_mpi_comm_free
 static unsigned char *comm_buffer(comm_t *c, size_t *bytes)
 {
@@ -536,29 +519,37 @@ static int comm_refuse(comm_t *c)
     return 0;
 }
 #else
-#define comm_refuse lockstep_comm_refuse
-#define comm_barrier lockstep_comm_barrier
+#define CALL(f) lockstep_comm_##f
 #define comm_free lockstep_comm_free
 #define comm_buffer lockstep_comm_buffer
+#define comm_refuse lockstep_comm_refuse
+#endif
+
+/* The call as this rank makes it; invalid: with arguments lockstep must refuse. */
 static int make_call(comm_t *c, const struct call *k, const struct place *p, int invalid, int size)
 {
     switch (k->kind) {
     case K_ALLREDUCE:
-        return lockstep_comm_allreduce(c, p->send, p->recv, k->n, k->dt, invalid ? (lockstep_op_t)9 : k->op);
+        return CALL(allreduce)(c, p->send, p->recv, k->n, k->dt, invalid ? (lockstep_op_t)9 : k->op);
     case K_REDUCE_SCATTER:
-        return lockstep_comm_reduce_scatter(c, p->send, p->recv, k->n, invalid ? (lockstep_dtype_t)7 : k->dt, k->op);
-    case K_ALLTOALL: /* invalid: send and recv overlap (pick_call keeps such blocks non-empty) */
-        return lockstep_comm_alltoall(c, invalid ? p->recv + 1 : p->send, p->recv, k->n);
+        return CALL(reduce_scatter)(c, p->send, p->recv, k->n, invalid ? (lockstep_dtype_t)7 : k->dt, k->op);
+    case K_ALLTOALL: /* invalid: send and recv overlap (such blocks are never empty: pick_call, fault_defined) */
+        return CALL(alltoall)(c, invalid ? p->recv + 1 : p->send, p->recv, k->n);
+#ifdef RANDOM_MPI /* (no order or transfer) */
     case K_BROADCAST:
-        return lockstep_comm_broadcast(c, p->recv, k->n, invalid ? size : k->root, p->order, k->xfer);
+        return CALL(broadcast)(c, p->recv, k->n, invalid ? size : k->root);
+    case K_ALLGATHER: /* invalid: no send (fault_defined keeps such blocks non-empty) */
+        return CALL(allgather)(c, invalid ? NULL : p->send, p->recv, k->n);
+#else
+    case K_BROADCAST:
+        return CALL(broadcast)(c, p->recv, k->n, invalid ? size : k->root, p->order, k->xfer);
     case K_ALLGATHER:
-        return lockstep_comm_allgather(c, p->send, p->recv, k->n, p->order, invalid ? (lockstep_xfer_t)3 : k->xfer);
+        return CALL(allgather)(c, p->send, p->recv, k->n, p->order, invalid ? (lockstep_xfer_t)3 : k->xfer);
+#endif
     default: /* a barrier cannot be invalid: the refuser calls an invalid allreduce */
-        return invalid ? lockstep_comm_allreduce(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM)
-                       : lockstep_comm_barrier(c);
+        return invalid ? CALL(allreduce)(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM) : CALL(barrier)(c);
     }
 }
-#endif
 
 /* ---- a rank --------------------------------------------------------------------- */
 
@@ -695,7 +686,7 @@ static int rank_body(int rank, int size, const char *job)
             if (p.s)
                 bad |= compare("send", p.s, p.s_bytes, m.before_s, ctx);
             if (k.fault == F_MISMATCH) { /* broken, with the same error, on every rank */
-                CHECK_EQ(comm_barrier(c), -LOCKSTEP_EMISMATCH);
+                CHECK_EQ(CALL(barrier)(c), -LOCKSTEP_EMISMATCH);
                 broken = 1;
             }
             if (k.fault == F_REFUSE && several_nodes(size)) /* broken (but on a refuser that does not lead) */
@@ -709,10 +700,8 @@ static int rank_body(int rank, int size, const char *job)
             for (;;) /* until the killer thread's signal */
                 pause();
         if (g_kill && !bad) { /* the death reaches every survivor, and stays */
-            CHECK_EQ(comm_barrier(c), -LOCKSTEP_EPEERDIED);
-            struct call one = {.kind = K_ALLREDUCE, .dt = LOCKSTEP_F32, .op = LOCKSTEP_SUM, .n = 1};
-            struct place in_place = {.send = m.heap_r, .recv = m.heap_r};
-            CHECK_EQ(make_call(c, &one, &in_place, 0, size), -LOCKSTEP_EPEERDIED);
+            CHECK_EQ(CALL(barrier)(c), -LOCKSTEP_EPEERDIED);
+            CHECK_EQ(CALL(allreduce)(c, m.heap_r, m.heap_r, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -LOCKSTEP_EPEERDIED);
             comm_free(c);
             lockstep_pool_free(pool);
             gen++;

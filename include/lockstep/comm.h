@@ -6,9 +6,9 @@
  * the job ends afterwards. The segment holds no pointers, only offsets.
  *
  * Every collective call is numbered. Each rank announces (call kind, op, dtype, count,
- * root) before touching peers' data and checks every peer's announcement; if any
- * disagree the call fails on every rank with -LOCKSTEP_EMISMATCH, never with mixed-up
- * data. (Eager broadcasts, params.broadcast_eager_bytes, trade part of this for speed:
+ * root, and the caller's tag: lockstep_comm_tag) before touching peers' data and
+ * checks every peer's announcement; if any disagree the call fails on every rank with
+ * -LOCKSTEP_EMISMATCH, never with mixed-up data. (Eager broadcasts, params.broadcast_eager_bytes, trade part of this for speed:
  * their root does not wait, and learns of a disagreement in a later call.) Every wait
  * has a deadline (params.timeout_ms) and, between short slices, checks that peers are
  * alive: a rank that died makes the call fail on the others with -LOCKSTEP_EPEERDIED,
@@ -367,6 +367,17 @@ int lockstep_comm_barrier(lockstep_comm_t *comm);
  * failure the wait met (-LOCKSTEP_EPEERDIED, -ETIMEDOUT, ...: the communicator is then
  * broken), or -EINVAL for a NULL comm, -EBUSY and -LOCKSTEP_EFORKED as any call. */
 int lockstep_comm_refuse(lockstep_comm_t *comm);
+
+/* Mark this rank's later calls on comm with tag (0 to 255; 0 from create) until it is
+ * set again. The tag is part of what each call announces and compares, so calls
+ * whose tags differ fail with -LOCKSTEP_EMISMATCH, as calls that differ in anything
+ * else do. For layers that build one operation out of several calls on a
+ * communicator (lockstep/comm_mpi.h): with each step tagged, a rank at another step,
+ * or in another operation, is never paired with it because the two calls happen to
+ * look alike (two 4-byte broadcasts from rank 0, say). Local: nothing is announced
+ * or waited for. Returns 0, -EINVAL (NULL comm, tag above 255), or -EBUSY and
+ * -LOCKSTEP_EFORKED as any call. */
+int lockstep_comm_tag(lockstep_comm_t *comm, unsigned tag);
 
 #ifdef __cplusplus
 }

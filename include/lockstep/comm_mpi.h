@@ -39,6 +39,10 @@
  * when the leaders find the failure after the node's step: a mismatch between nodes,
  * say); only a rank's own -EINVAL, and calls that every rank refused alike, leave
  * everything as it was. The sends are never written.
+ * Each call a collective makes on a node's communicator is tagged with the collective
+ * and its step (lockstep_comm_tag), so that a rank at another step, or in another
+ * collective, than the rest of its node fails with -LOCKSTEP_EMISMATCH instead of
+ * being paired with a call that looks alike.
  * What MPI cannot give: mismatched calls are detected inside each node only (unless
  * params.check_calls, at one more small MPI allreduce per call), and a
  * node whose leader never reaches MPI makes the other leaders wait out their deadline
@@ -46,8 +50,11 @@
  * broken (free it; later calls return the same error). With params.check_calls, a
  * call that fails inside one node (its ranks' calls differ, a peer died, a cancel)
  * still has that node's leader take its turn among the leaders, so the other nodes
- * fail at once with the same error instead of at their deadline (not for an
- * all-to-all, nor after a timeout). MPI cannot cancel a collective,
+ * fail at once with the same error instead of at their deadline (not after a
+ * timeout). So that every node's ranks have compared their calls before the leaders
+ * do, with check_calls a broadcast's nodes other than the root's, and every node in
+ * an all-to-all, compare root and count in one more small node allreduce first.
+ * MPI cannot cancel a collective,
  * so an abandoned request may still read or write its buffers until MPI_Finalize:
  * MPI is never given the caller's buffers, only copies in a scratch the communicator
  * keeps (grown to the largest call: on leaders the message, size * bytes for
@@ -64,12 +71,8 @@
  * possibly their node's part of the result), and the communicator is broken on every
  * rank except the one with invalid arguments when it does not lead its node (it
  * cannot know whether every other rank refused too; free the communicator there as
- * well). That is so except when the rank with invalid arguments is not its node's
- * leader in an all-to-all (there the leaders compare calls before the node's first
- * step), or in a broadcast whose root is on another node (its node's first step
- * comes after the leaders'): then the other nodes may have finished the call. Ranks
- * that all pass the same invalid arguments all get -EINVAL, and the communicator
- * goes on.
+ * well). Ranks that all pass the same invalid arguments all get -EINVAL, and the
+ * communicator goes on.
  *
  * Threading: one thread at a time per communicator; MPI must be initialised with at
  * least MPI_THREAD_SERIALIZED if several threads use lockstep_mpi communicators. */

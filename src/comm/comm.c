@@ -469,7 +469,8 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     uint32_t s = ++c->seq;
     c->busy = -1; /* once every rank has announced s, none is still in call s - 1 */
     ls_announce_t *a = &ls_ctl(c, c->rank)->ann[s & 1];
-    ls_desc_t d = {.call = (uint8_t)call, .op = (uint8_t)op, .dtype = (uint8_t)dt, .root = root, .count = count};
+    ls_desc_t d = {.call = (uint8_t)call, .op = (uint8_t)op, .dtype = (uint8_t)dt, .tag = c->tag, .root = root,
+                   .count = count};
     c->desc = d;
     a->desc = d;
     int cpu = track_cpu(c) ? sched_getcpu() : -1;
@@ -1174,6 +1175,17 @@ int ls_comm_refuse(lockstep_comm_t *c)
     if (!barrier)
         return 0;
     return other ? ls_comm_fail(c, LOCKSTEP_EMISMATCH) : barrier_episode(c);
+}
+
+int lockstep_comm_tag(lockstep_comm_t *c, unsigned tag)
+{
+    if (tag > UINT8_MAX)
+        return -EINVAL;
+    int rc = ls_comm_enter(c);
+    if (rc)
+        return rc;
+    c->tag = (uint8_t)tag;
+    return ls_comm_leave(c, 0);
 }
 
 int lockstep_comm_refuse(lockstep_comm_t *c)

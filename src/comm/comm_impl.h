@@ -71,17 +71,18 @@ typedef struct ls_seg_state {
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
 } ls_seg_state_t;
 
-/* What a call announces; compared across ranks field by field. */
+/* What a call announces; compared across ranks field by field. tag: the caller's
+ * (lockstep_comm_tag), 0 unless set. */
 typedef struct ls_desc {
-    uint8_t call, op, dtype, reserved;
+    uint8_t call, op, dtype, tag;
     int32_t root;
     uint64_t count;
 } ls_desc_t;
 
 static inline int ls_same_desc(const ls_desc_t *a, const ls_desc_t *b)
 {
-    return a->call == b->call && a->op == b->op && a->dtype == b->dtype && a->root == b->root &&
-           a->count == b->count;
+    return a->call == b->call && a->op == b->op && a->dtype == b->dtype && a->tag == b->tag &&
+           a->root == b->root && a->count == b->count;
 }
 
 #define LS_INLINE_BYTES (LS_LINE - sizeof(lockstep_waitword_t) - sizeof(ls_desc_t) - 4)
@@ -179,6 +180,7 @@ struct lockstep_comm {
      * back costs a transfer (2 ranks, 256 B allreduce: about 90 ns of 500, on a line
      * that only confirms what this rank wrote). */
     ls_desc_t desc;
+    uint8_t tag; /* lockstep_comm_tag's, for the calls from here on */
     struct ls_zc_offsets zc;
     int cma_posted;
     int drained; /* the communicator has failed and no single-copy write into this rank

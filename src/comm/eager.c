@@ -54,7 +54,7 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
     if (!c->after_eager)
         c->run_start = s;
     ls_ctl_t *mine = ls_ctl(c, c->rank);
-    ls_desc_t want = {LS_CALL_BROADCAST, (uint8_t)xfer, 0, 0, root, bytes};
+    ls_desc_t want = {LS_CALL_BROADCAST, (uint8_t)xfer, 0, c->tag, root, bytes};
     c->in_eager = 1;
     __atomic_store_n(&mine->own.eager_root, root, __ATOMIC_RELAXED);
     __atomic_store_n(&mine->own.eager_seq, s, __ATOMIC_RELEASE);

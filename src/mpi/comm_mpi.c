@@ -116,12 +116,60 @@ static int fail(lockstep_mpi_comm_t *c, int rc)
     return rc;
 }
 
+/* Every call of a collective on the node's communicator is tagged (lockstep_comm_tag)
+ * with the collective and its step, so that a rank at another step, or in another
+ * collective, meets a mismatch there instead of being paired with a call that only
+ * looks alike: a rank that thinks a broadcast's 4 bytes come from its leader would
+ * otherwise take the leader's outcome (STEP_OUTCOME, 4 bytes from the leader too) for
+ * them, and an allreduce of count * size would pair with a reduce-scatter's first
+ * step. */
+enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
+enum {
+    STEP_FIRST,   /* the node's part of the collective, before the leaders' */
+    STEP_CHECK,   /* node_agree */
+    STEP_OUTCOME, /* share_outcome */
+    STEP_RESULT,  /* the leader's result to the node */
+    STEP_WORST,   /* the all-to-all's worst outcome */
+    STEPS = 8
+};
+
+/* The node's communicator, its next call tagged as step of call. (The tag cannot
+ * fail where a call could not: one thread at a time, as for every call here.) */
+static lockstep_comm_t *node_step(lockstep_mpi_comm_t *c, int call, int step)
+{
+    (void)lockstep_comm_tag(c->node, (unsigned)(call * STEPS + step));
+    return c->node;
+}
+
 /* The leader's outcome of its MPI step, to the whole node; the node's common result. */
-static int share_outcome(lockstep_mpi_comm_t *c, int rc)
+static int share_outcome(lockstep_mpi_comm_t *c, int call, int rc)
 {
     int32_t v = rc;
-    int brc = lockstep_comm_broadcast(c->node, &v, sizeof v, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    int brc = lockstep_comm_broadcast(node_step(c, call, STEP_OUTCOME), &v, sizeof v, 0, LOCKSTEP_ORDER_LINEAR,
+                                      LOCKSTEP_PULL);
     return fail(c, brc ? brc : v);
+}
+
+/* params.check_calls, where the node's own step would come only after the leaders'
+ * (a broadcast on a node without its root) or not at all before MPI moves data (an
+ * all-to-all): the node's ranks compare the call's root and count first, so that a
+ * rank whose call differs, or that refused, fails its node before the leaders' step,
+ * and its leader's turn there (node_turn) fails the other nodes at once. One small
+ * node allreduce, MAX of each value and of its complement (~x orders the other way,
+ * and never overflows), gives every rank the largest and smallest of each. */
+static int node_agree(lockstep_mpi_comm_t *c, int call, int root, uint64_t count)
+{
+    enum { F = 3 };
+    int32_t field[F] = {root, (int32_t)(uint32_t)count, (int32_t)(uint32_t)(count >> 32)}, v[2 * F], got[2 * F];
+    for (int k = 0; k < F; k++) {
+        v[2 * k] = field[k];
+        v[2 * k + 1] = ~field[k];
+    }
+    int rc = lockstep_comm_allreduce(node_step(c, call, STEP_CHECK), v, got, 2 * F, LOCKSTEP_I32, LOCKSTEP_MAX);
+    for (int k = 0; k < F && !rc; k++)
+        if (got[2 * k] != ~got[2 * k + 1])
+            rc = -LOCKSTEP_EMISMATCH;
+    return rc;
 }
 
 /* params.check_calls: the leaders compare their calls. fields: which call, op, dtype,
@@ -133,7 +181,6 @@ static int share_outcome(lockstep_mpi_comm_t *c, int rc)
  * void and some not; 1 when every node's was void; or an error of mpi_wait. One
  * MPI_MAX allreduce of each field and of its negation gives every field's largest and
  * smallest value at once. */
-enum { CALL_ALLREDUCE = 1, CALL_BROADCAST, CALL_ALLGATHER, CALL_BARRIER, CALL_REDUCE_SCATTER, CALL_ALLTOALL };
 enum { AGREE_FIELDS = 7, AGREE_WORDS = 4 * AGREE_FIELDS, AGREE_VOID = 5, AGREE_FAILED = 6 };
 
 static int agree(lockstep_mpi_comm_t *c, const int64_t fields[AGREE_FIELDS])
@@ -488,10 +535,10 @@ lockstep_comm_t *lockstep_mpi_comm_node(lockstep_mpi_comm_t *c) { return c ? c->
 
 /* The end of a call: the leader's result (bytes in its scratch) to buf on every rank
  * of the node. */
-static int from_leader(lockstep_mpi_comm_t *c, void *buf, size_t bytes)
+static int from_leader(lockstep_mpi_comm_t *c, int call, void *buf, size_t bytes)
 {
-    int rc = lockstep_comm_broadcast(c->node, c->local == 0 ? c->scratch : buf, bytes, 0, LOCKSTEP_ORDER_LINEAR,
-                                     LOCKSTEP_PULL);
+    int rc = lockstep_comm_broadcast(node_step(c, call, STEP_RESULT), c->local == 0 ? c->scratch : buf, bytes, 0,
+                                     LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (!rc && c->local == 0 && bytes)
         memcpy(buf, c->scratch, bytes);
     return fail(c, rc);
@@ -514,8 +561,8 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
     if ((count && (!send || !recv)) || (send != recv && ls_overlap(send, recv, bytes)))
         return refused(c); /* (the leader's node call does not see recv) */
     int lead = c->local == 0 && c->nodes > 1, nomem = lead ? scratch(c, bytes) : 0;
-    int rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : lead ? c->scratch : recv, nomem ? 0 : count,
-                                     dtype, op);
+    int rc = lockstep_comm_allreduce(node_step(c, CALL_ALLREDUCE, STEP_FIRST), send,
+                                     nomem ? NULL : lead ? c->scratch : recv, nomem ? 0 : count, dtype, op);
     if (nomem)
         rc = nomem;
     if (ends_in_node(c, &rc))
@@ -535,9 +582,9 @@ int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv,
                 rc = mpi_wait(c, &req, MPI_Ibcast(at, n, t, 0, c->leaders, &req));
         }
     }
-    if ((rc = share_outcome(c, rc)) != 0)
+    if ((rc = share_outcome(c, CALL_ALLREDUCE, rc)) != 0)
         return rc;
-    return from_leader(c, recv, bytes);
+    return from_leader(c, CALL_ALLREDUCE, recv, bytes);
 }
 
 int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int root)
@@ -550,7 +597,10 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
         return c->broken;
     int rn = c->node_of[root], rc = 0;
     if (c->node_index == rn)
-        rc = lockstep_comm_broadcast(c->node, buf, bytes, c->local_of[root], LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+        rc = lockstep_comm_broadcast(node_step(c, CALL_BROADCAST, STEP_FIRST), buf, bytes, c->local_of[root],
+                                     LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    else if (c->check_calls)
+        rc = node_agree(c, CALL_BROADCAST, root, bytes);
     if (ends_in_node(c, &rc))
         return rc;
     if (c->local == 0 && (rc = leaders_agree(c, CALL_BROADCAST, 0, 0, root, bytes)) == 0 &&
@@ -561,9 +611,9 @@ int lockstep_mpi_broadcast(lockstep_mpi_comm_t *c, void *buf, size_t bytes, int 
         int n = (int)(bytes - off < c->piece ? bytes - off : c->piece);
         rc = mpi_wait(c, &req, MPI_Ibcast(c->scratch + off, n, MPI_BYTE, rn, c->leaders, &req));
     }
-    if ((rc = share_outcome(c, rc)) != 0 || c->node_index == rn)
+    if ((rc = share_outcome(c, CALL_BROADCAST, rc)) != 0 || c->node_index == rn)
         return rc;
-    return from_leader(c, buf, bytes);
+    return from_leader(c, CALL_BROADCAST, buf, bytes);
 }
 
 /* One piece of a block (from off, at most c->piece bytes) with the extent of the whole
@@ -626,7 +676,8 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
      * recv: it holds local ranks below mine and node_ranks - local - 1 above. When
      * nodes lie in rank order that is also the block's place in the result. */
     char *block = bytes ? out + (size_t)(c->rank - c->local) * bytes : out;
-    int rc = lockstep_comm_allgather(c->node, send, block, bytes, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    int rc = lockstep_comm_allgather(node_step(c, CALL_ALLGATHER, STEP_FIRST), send, block, bytes,
+                                     LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (ends_in_node(c, &rc)) /* (one node is always in rank order) */
         return rc;
     /* the leaders' allgather in the scratch (see lockstep_mpi_allreduce), my node's
@@ -638,9 +689,9 @@ int lockstep_mpi_allgather(lockstep_mpi_comm_t *c, const void *send, void *recv,
         if ((rc = leaders_allgather(c, c->scratch, bytes)) == 0 && !c->ordered)
             reorder(c, c->scratch, bytes, 1);
     }
-    if ((rc = share_outcome(c, rc)) != 0)
+    if ((rc = share_outcome(c, CALL_ALLGATHER, rc)) != 0)
         return rc;
-    return from_leader(c, out, total);
+    return from_leader(c, CALL_ALLGATHER, out, total);
 }
 
 int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
@@ -649,7 +700,7 @@ int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
         return -EINVAL;
     if (c->broken)
         return c->broken;
-    int rc = lockstep_comm_barrier(c->node);
+    int rc = lockstep_comm_barrier(node_step(c, CALL_BARRIER, STEP_FIRST));
     if (ends_in_node(c, &rc))
         return rc;
     if (c->local == 0 && c->check_calls) {
@@ -658,7 +709,7 @@ int lockstep_mpi_barrier(lockstep_mpi_comm_t *c)
         MPI_Request req;
         rc = mpi_wait(c, &req, MPI_Ibarrier(c->leaders, &req));
     }
-    return share_outcome(c, rc);
+    return share_outcome(c, CALL_BARRIER, rc);
 }
 
 /* The leaders' reduce-scatter of the node results in v (count elements per rank, the
@@ -706,14 +757,15 @@ int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *
     if (c->broken)
         return c->broken;
     if (c->nodes == 1)
-        return fail(c, lockstep_comm_reduce_scatter(c->node, send, recv, count, dtype, op));
+        return fail(c, lockstep_comm_reduce_scatter(node_step(c, CALL_REDUCE_SCATTER, STEP_FIRST), send, recv, count,
+                                                    dtype, op));
     /* My node's sum of the whole vector, then the leaders reduce each node's blocks to
      * its leader, which broadcasts them to its node. A rank without the memory for the
      * vector names no count in the node's allreduce, so that its node fails at once
      * (-LOCKSTEP_EMISMATCH there) instead of at the deadline. */
     int nomem = scratch(c, total);
-    rc = lockstep_comm_allreduce(c->node, send, nomem ? NULL : c->scratch, nomem ? 0 : count * (size_t)c->size,
-                                 dtype, op);
+    rc = lockstep_comm_allreduce(node_step(c, CALL_REDUCE_SCATTER, STEP_FIRST), send, nomem ? NULL : c->scratch,
+                                 nomem ? 0 : count * (size_t)c->size, dtype, op);
     if (nomem)
         rc = nomem;
     if (ends_in_node(c, &rc))
@@ -724,10 +776,10 @@ int lockstep_mpi_reduce_scatter(lockstep_mpi_comm_t *c, const void *send, void *
             reorder(c, c->scratch, block, 0);
         rc = leaders_reduce_scatter(c, c->scratch, count, dtype, op, &mine);
     }
-    if ((rc = share_outcome(c, rc)) != 0)
+    if ((rc = share_outcome(c, CALL_REDUCE_SCATTER, rc)) != 0)
         return rc;
-    rc = lockstep_comm_broadcast(c->node, mine, block * (size_t)c->node_ranks[c->node_index], 0,
-                                 LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+    rc = lockstep_comm_broadcast(node_step(c, CALL_REDUCE_SCATTER, STEP_RESULT), mine,
+                                 block * (size_t)c->node_ranks[c->node_index], 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
     if (!rc && block)
         memcpy(recv, mine + (size_t)c->local * block, block);
     return fail(c, rc);
@@ -755,15 +807,16 @@ static int post_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, s
 static int node_alltoall(lockstep_mpi_comm_t *c, const char *send, char *recv, size_t bytes, char *tmp)
 {
     int L = c->local_size, first = c->rank - c->local;
+    lockstep_comm_t *node = node_step(c, CALL_ALLTOALL, STEP_FIRST);
     if (!bytes)
-        return lockstep_comm_alltoall(c->node, send, recv, 0);
+        return lockstep_comm_alltoall(node, send, recv, 0);
     if (c->ordered)
-        return lockstep_comm_alltoall(c->node, send + (size_t)first * bytes, recv + (size_t)first * bytes, bytes);
+        return lockstep_comm_alltoall(node, send + (size_t)first * bytes, recv + (size_t)first * bytes, bytes);
     char *in = tmp, *out = tmp + (size_t)L * bytes;
     for (int k = 0; k < c->size; k++)
         if (c->node_of[k] == c->node_index)
             memcpy(in + (size_t)c->local_of[k] * bytes, send + (size_t)k * bytes, bytes);
-    int rc = lockstep_comm_alltoall(c->node, in, out, bytes);
+    int rc = lockstep_comm_alltoall(node, in, out, bytes);
     for (int k = 0; k < c->size && !rc; k++)
         if (c->node_of[k] == c->node_index)
             memcpy(recv + (size_t)k * bytes, out + (size_t)c->local_of[k] * bytes, bytes);
@@ -788,12 +841,15 @@ int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, 
     if (c->broken)
         return c->broken;
     if (c->nodes == 1)
-        return fail(c, lockstep_comm_alltoall(c->node, send, recv, bytes));
+        return fail(c, lockstep_comm_alltoall(node_step(c, CALL_ALLTOALL, STEP_FIRST), send, recv, bytes));
     int rc = 0;
-    if (c->check_calls) { /* before any rank posts its MPI call */
+    if (c->check_calls) { /* the node's ranks, then the leaders, before any rank posts its MPI call */
+        rc = node_agree(c, CALL_ALLTOALL, 0, bytes);
+        if (ends_in_node(c, &rc))
+            return rc;
         if (c->local == 0)
             rc = leaders_agree(c, CALL_ALLTOALL, 0, 0, 0, bytes);
-        if ((rc = share_outcome(c, rc)) != 0)
+        if ((rc = share_outcome(c, CALL_ALLTOALL, rc)) != 0)
             return rc;
     }
     /* MPI moves the blocks between images in the scratch, not the caller's buffers: a
@@ -803,7 +859,7 @@ int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, 
     size_t img = (size_t)c->size * bytes;
     int nomem = scratch(c, 2 * img + (c->ordered ? 0 : 2 * (size_t)c->local_size * bytes));
     if (nomem) {
-        lockstep_comm_alltoall(c->node, NULL, NULL, 0);
+        lockstep_comm_alltoall(node_step(c, CALL_ALLTOALL, STEP_FIRST), NULL, NULL, 0);
         return fail(c, nomem);
     }
     char *out = bytes ? c->scratch : NULL, *in = bytes ? c->scratch + img : NULL;
@@ -825,6 +881,7 @@ int lockstep_mpi_alltoall(lockstep_mpi_comm_t *c, const void *send, void *recv, 
     if (!rc && bytes)
         copy_remote(c, recv, in, bytes);
     int32_t worst = -rc, got = 0;
-    int arc = lockstep_comm_allreduce(c->node, &worst, &got, 1, LOCKSTEP_I32, LOCKSTEP_MAX);
+    int arc = lockstep_comm_allreduce(node_step(c, CALL_ALLTOALL, STEP_WORST), &worst, &got, 1, LOCKSTEP_I32,
+                                      LOCKSTEP_MAX);
     return fail(c, arc ? arc : -got);
 }

@@ -742,12 +742,26 @@ static int mismatch_case;
 
 static int mismatch_body(int rank, int size, const char *job)
 {
-    lockstep_comm_t *c = harness_comm(rank, size, job, 20000);
+    /* cases 11-13: calls alike but for their tag (lockstep_comm_tag); case 13's
+     * broadcast is eager (its root does not wait: only the receiver fails in it) */
+    lockstep_comm_params_t params = harness_params(rank, size, job);
+    params.timeout_ms = 20000;
+    params.broadcast_eager_bytes = mismatch_case == 13 ? 64 : 0;
+    lockstep_comm_t *c = lockstep_comm_create(&params);
     if (!c)
         return 1;
     float v[64] = {0};
     int rc = -1;
     int odd = rank == 1;
+    if (mismatch_case >= 11) { /* first the same tag on both: it holds for every call until set again */
+        CHECK_EQ(lockstep_comm_tag(c, 200), 0);
+        for (int k = 0; k < 2; k++) {
+            v[0] = (float)(rank + 1);
+            CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+            CHECK(v[0] == 3.0f);
+        }
+        CHECK_EQ(lockstep_comm_tag(c, odd ? 201 : 200), 0);
+    }
     switch (mismatch_case) {
     case 0: rc = lockstep_comm_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
     case 1: rc = lockstep_comm_allreduce(c, v, v, 8, odd ? LOCKSTEP_I32 : LOCKSTEP_F32, LOCKSTEP_SUM); break;
@@ -771,6 +785,15 @@ static int mismatch_body(int rank, int size, const char *job)
         break;
     case 10: /* all-to-all against an allgather of as many bytes */
         rc = odd ? lockstep_comm_alltoall(c, v, v + 32, 16) : lockstep_comm_allgather(c, v, v + 32, 16, 0, 0);
+        break;
+    case 11: rc = lockstep_comm_allreduce(c, v, v, 4, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+    case 12: rc = lockstep_comm_barrier(c); break;
+    case 13:
+        rc = lockstep_comm_broadcast(c, v, 16, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL);
+        if (rank == 0) { /* the eager root: done; the mismatch meets it in its next call */
+            CHECK_EQ(rc, 0);
+            rc = lockstep_comm_barrier(c);
+        }
         break;
     }
     if (rc != -LOCKSTEP_EMISMATCH) {
@@ -804,6 +827,9 @@ static int args_body(int rank, int size, const char *job)
     CHECK_EQ(lockstep_comm_allgather(c, v + 1, v, 8, 0, 0), -EINVAL); /* overlapping, not in place */
     CHECK_EQ(lockstep_comm_barrier(NULL), -EINVAL);
     CHECK_EQ(lockstep_comm_rank(NULL), -EINVAL);
+    CHECK_EQ(lockstep_comm_tag(NULL, 1), -EINVAL);
+    CHECK_EQ(lockstep_comm_tag(c, 256), -EINVAL); /* and the tag stays 0, as on the other rank */
+    CHECK_EQ(lockstep_comm_tag(c, rank == 1 ? 1000 : 0), rank == 1 ? -EINVAL : 0);
     /* none of that broke the communicator: a real call still works */
     v[0] = 1.0f;
     CHECK_EQ(lockstep_comm_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
@@ -1357,7 +1383,7 @@ int main(int argc, char **argv)
     } else if (strcmp(t, "timeout") == 0) {
         harness_run_clean(late_body, 2, "late", 60, 0);
     } else if (strcmp(t, "mismatch") == 0) {
-        for (mismatch_case = 0; mismatch_case <= 10; mismatch_case++) {
+        for (mismatch_case = 0; mismatch_case <= 13; mismatch_case++) {
             harness_job(job, sizeof job, "mismatch");
             if (harness_run(mismatch_body, 2, job, 60, 0) != 0) {
                 fprintf(stderr, "mismatch case %d failed\n", mismatch_case);

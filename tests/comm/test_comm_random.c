@@ -37,11 +37,9 @@
  *   mpiexec -n N test_comm_random_mpi RANKS_PER_NODE SEED CALLS [consecutive]
  *
  * with params.check_calls, each communicator drawing a piece size too. Calls have no
- * order or transfer there, nor refuse; and what comm_mpi.h leaves out is not drawn:
- * a refusal or a disagreement by a rank that does not lead its node, in an all-to-all
- * or in a broadcast whose root is on another node. With more than one node a refusal
- * breaks the communicator (every rank then makes a new one) and leaves the recv of
- * the ranks that did not refuse open, as a mismatch leaves every rank's. */
+ * order or transfer there, nor refuse. With more than one node a refusal breaks the
+ * communicator (every rank then makes a new one) and leaves the recv of the ranks
+ * that did not refuse open, as a mismatch leaves every rank's. */
 #include "comm_harness.h"
 #include "../common/half.h"
 #ifdef RANDOM_MPI
@@ -66,8 +64,8 @@ static int g_kill, g_victim, g_death;
 static int g_rpn, g_cons; /* ranks_per_node (0: one node) and consecutive */
 #endif
 
-/* The node rank r is in, and whether it leads it (lockstep/comm_mpi.h's layout
- * of ranks_per_node; one node without RANDOM_MPI) */
+/* The node rank r is in (lockstep/comm_mpi.h's layout of ranks_per_node; one node
+ * without RANDOM_MPI) */
 static int node_of(int r, int size)
 {
 #ifdef RANDOM_MPI
@@ -78,16 +76,6 @@ static int node_of(int r, int size)
     (void)size;
     return 0;
 }
-
-#ifdef RANDOM_MPI
-static int leads(int r, int size)
-{
-    for (int q = 0; q < r; q++)
-        if (node_of(q, size) == node_of(r, size))
-            return 0;
-    return 1;
-}
-#endif
 
 static int several_nodes(int size)
 {
@@ -293,33 +281,18 @@ static int mismatched(struct call *k, const struct setting *s, int size)
     return !(k->kind == K_BROADCAST && s->eager && k->n <= s->eager);
 }
 
-/* Whether lockstep/comm_mpi.h defines what call k's fault does (changed: the odd rank's
- * call in a mismatch); always without RANDOM_MPI. There, an all-to-all's and a
- * gather's invalid forms need a block, and calls have no transfer to differ in. With
- * several nodes a rank that does not lead its node must not refuse or change an
- * all-to-all (the leaders compare it before the node's first step), nor a broadcast
- * on a node that only receives (its node's first step comes after the leaders'); and
- * nobody changes a broadcast's root, which changes which node steps a rank takes. */
-static int fault_defined(const struct call *k, const struct call *changed, int size)
+/* Whether call k's fault can be made (changed: the odd rank's call in a mismatch);
+ * always without RANDOM_MPI. There, an all-to-all's and a gather's invalid forms need
+ * a block, and calls have no transfer to differ in. */
+static int fault_defined(const struct call *k, const struct call *changed)
 {
 #ifdef RANDOM_MPI
     if (k->fault != F_MISMATCH && k->n == 0 && (k->kind == K_ALLGATHER || k->kind == K_ALLTOALL))
         return 0;
-    if (k->fault == F_MISMATCH && changed->xfer != k->xfer) /* (there is none to differ) */
-        return 0;
-    if (k->fault == F_REFUSE_ALL || !several_nodes(size))
-        return 1;
-    if (k->fault == F_MISMATCH && changed->root != k->root)
-        return 0;
-    if (leads(k->odd, size))
-        return 1;
-    if (k->kind == K_ALLTOALL)
-        return 0;
-    return !(k->kind == K_BROADCAST && node_of(k->odd, size) != node_of(k->root, size));
+    return !(k->fault == F_MISMATCH && changed->xfer != k->xfer); /* (there is none to differ) */
 #else
     (void)k;
     (void)changed;
-    (void)size;
     return 1;
 #endif
 }
@@ -631,7 +604,7 @@ static int rank_body(int rank, int size, const char *job)
         int broken = 0, dead = 0;
         for (int i = 0; i < s.calls && cn < g_calls && !broken && !bad; i++, cn++) {
             struct call k = pick_call(g_seed, gen, i, &s, size), changed = k;
-            if ((k.fault == F_MISMATCH && !mismatched(&changed, &s, size)) || !fault_defined(&k, &changed, size))
+            if ((k.fault == F_MISMATCH && !mismatched(&changed, &s, size)) || !fault_defined(&k, &changed))
                 k.fault = F_NONE; /* (every rank draws the same) */
             int odd = rank == k.odd && k.fault != F_NONE && k.fault != F_REFUSE_ALL;
             struct call mine = odd && k.fault == F_MISMATCH ? changed : k; /* the odd rank's call disagrees */

@@ -361,14 +361,11 @@ int main(int argc, char **argv)
      * (-EINVAL on rank 1), found by the node's call (the dtype, the op) or by this
      * layer; without check_calls the other nodes would wait out the deadline and get
      * -ETIMEDOUT. Every node's communicator is then broken (rank 1's too when it leads
-     * its node). The all-to-all only when rank 1 leads: there the leaders compare
-     * calls before the node's first step. Ranks that all pass the same invalid
-     * arguments get -EINVAL, and the communicator goes on. */
+     * its node). Ranks that all pass the same invalid arguments get -EINVAL, and the
+     * communicator goes on. */
     p.node.timeout_ms = 5000;
     int lead1 = want_nodes > 1 && leader_of(node_of(1, want_nodes)) == 1;
     for (int k = 0; k < 6 && want_nodes > 1; k++) {
-        if (k == 5 && !lead1)
-            continue;
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
         CHECK(c != NULL);
         int bad = R == 1, rc = 0;
@@ -400,40 +397,84 @@ int main(int argc, char **argv)
         lockstep_mpi_comm_free(c);
     }
     /* check_calls and a call that fails inside one node: one rank of a node of two or
-     * more (the last such rank, then its node's leader) names another count, op or
-     * collective than the rest of its node. Its node fails the call with
+     * more (the last such rank, then its node's leader) names another count, op,
+     * root or collective than the rest of its node. Its node fails the call with
      * -LOCKSTEP_EMISMATCH, and its leader's turn among the leaders gives every other
-     * node the same at once (at their deadline, -ETIMEDOUT, without it). The
-     * broadcast's root is the odd rank's node leader, so that the mismatch is in the
-     * node's first step (a node that only receives compares its call with its
-     * leader's after the leaders' step: there the others have their data). */
+     * node the same at once (at their deadline, -ETIMEDOUT, without it). Broadcasts
+     * from the odd rank's node leader and from another node's: a node that only
+     * receives compares its ranks' calls before the leaders' step too. Case 8: the odd
+     * rank thinks a 4-byte broadcast comes from its leader, the others from another
+     * node, as its leader's 4-byte outcome does (the steps are tagged apart). */
     int odd_rank = -1;
     for (int r = 0; r < N && want_nodes > 1; r++)
         if (local_of(r, want_nodes) > 0)
             odd_rank = r;
-    for (int k = 0; k < 12 && odd_rank >= 0; k++) {
-        int who = k < 6 ? odd_rank : leader_of(node_of(odd_rank, want_nodes)), odd = R == who;
+    int odd_node = odd_rank >= 0 ? node_of(odd_rank, want_nodes) : 0;
+    int home = leader_of(odd_node), away = leader_of((odd_node + 1) % want_nodes);
+    enum { MISMATCHES = 9 };
+    for (int k = 0; k < 2 * MISMATCHES && odd_rank >= 0; k++) {
+        int who = k < MISMATCHES ? odd_rank : home, odd = R == who;
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
         CHECK(c != NULL);
         float v[64] = {0};
         int rc = 0;
-        switch (k % 6) {
+        switch (k % MISMATCHES) {
         case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
         case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MIN : LOCKSTEP_SUM); break;
         case 2: rc = lockstep_mpi_allgather(c, v, v + 8, odd ? 8 : 4); break;
         case 3: rc = odd ? lockstep_mpi_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM) : lockstep_mpi_barrier(c); break;
         case 4: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
-        case 5: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, leader_of(node_of(odd_rank, want_nodes))); break;
+        case 5: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, home); break;
+        case 6: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, away); break;
+        case 7: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 2 : 1); break;
+        case 8: rc = lockstep_mpi_broadcast(c, v, 4, odd ? home : away); break;
         }
         if (rc != -LOCKSTEP_EMISMATCH)
             fprintf(stderr, "rank %d: rank %d's call differs from its node's, case %d: got %s, want mismatch\n", R,
-                    who, k % 6, lockstep_strerror(rc));
+                    who, k % MISMATCHES, lockstep_strerror(rc));
         CHECK_EQ(rc, -LOCKSTEP_EMISMATCH);
         CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
         lockstep_mpi_comm_free(c);
     }
-    p.node.timeout_ms = 30000;
+    /* The same rank's invalid arguments (then its leader's) where its node's own step
+     * would come after the leaders' or not before MPI's: a broadcast from another
+     * node, an all-to-all. Every other rank gets -LOCKSTEP_EPEERINVAL at once. */
+    for (int k = 0; k < 4 && odd_rank >= 0; k++) {
+        int who = k < 2 ? odd_rank : home, bad = R == who;
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        float v[64] = {0};
+        int rc = k % 2 ? lockstep_mpi_alltoall(c, bad ? NULL : v, v + 32, 1)
+                       : lockstep_mpi_broadcast(c, bad ? NULL : v, 8, away);
+        if (rc != (bad ? -EINVAL : -LOCKSTEP_EPEERINVAL))
+            fprintf(stderr, "rank %d: rank %d's invalid arguments, case %d: got %s\n", R, who, k,
+                    lockstep_strerror(rc));
+        CHECK_EQ(rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL);
+        if (!bad || who == home)
+            CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EPEERINVAL);
+        lockstep_mpi_comm_free(c);
+    }
+    /* Without check_calls, case 8 above by a rank that does not lead its node: the
+     * other nodes have their data, and the odd rank's node fails the call with
+     * -LOCKSTEP_EMISMATCH (before the steps were tagged apart, the odd rank took its
+     * leader's outcome for the data and returned 0). */
     p.check_calls = 0;
+    if (odd_rank >= 0) {
+        c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
+        CHECK(c != NULL);
+        float v[4] = {0};
+        if (R == away)
+            v[0] = 7;
+        int mine = node_of(R, want_nodes) == odd_node;
+        int rc = lockstep_mpi_broadcast(c, v, 4, R == odd_rank ? home : away);
+        if (rc != (mine ? -LOCKSTEP_EMISMATCH : 0))
+            fprintf(stderr, "rank %d: without check_calls, case 8: got %s\n", R, lockstep_strerror(rc));
+        CHECK_EQ(rc, mine ? -LOCKSTEP_EMISMATCH : 0);
+        if (!mine)
+            CHECK(v[0] == 7);
+        lockstep_mpi_comm_free(c);
+    }
+    p.node.timeout_ms = 30000;
 
     /* A node's leader that never comes: the leader of node 1 (its lowest rank) skips
      * a barrier. Its node's other ranks time out waiting for it; the other leaders

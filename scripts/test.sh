@@ -7,8 +7,9 @@
 # CMakePresets.json): they differ from comm_collectives_4 and comm_reduce_api only in
 # the reduction kernels, single-threaded code within one process, and ThreadSanitizer
 # sees nothing between processes; the other four builds run them (a minute less).
-# Likewise it runs the random sequences at 4 ranks and the killing ones at 3
-# (comm_random_4, comm_random_kill_3: pool threads and the killer thread), and those
+# Likewise it runs the random sequences at 4 ranks and the killing and cancelling
+# ones at 3 (comm_random_4, comm_random_kill_3, comm_random_cancel_3: pool threads,
+# the killer thread, the cancel callback), and those
 # through lockstep_mpi in one layout (comm_random_mpi_5ranks_2pernode), not in
 # every one (a minute less).
 # Usage: scripts/test.sh [preset ...]    (default: release debug tsan asan clang)

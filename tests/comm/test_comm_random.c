@@ -1,6 +1,6 @@
 /* Random sequences of every collective, against the contracts in comm.h, at N ranks:
  *
- *   test_comm_random N SEED CALLS [kill]
+ *   test_comm_random N SEED CALLS [kill|cancel]
  *
  * Every rank draws the same sequence from SEED: the communicator's settings (slot,
  * chunk and small-path sizes, eager broadcasts, a shared buffer, a pool), then CALLS
@@ -29,7 +29,12 @@
  * SIGKILLs itself up to 2 ms into a call drawn from SEED (in it, or in one of the
  * next): from that call on, each survivor's calls return as before or
  * -LOCKSTEP_EPEERDIED (recv's contents then open, its guards not), and once one has,
- * so does every later call; no segment is left.
+ * so does every later call; no segment is left. With "cancel", the same, but that rank's
+ * params.cancel says yes from that call on (the others come 15 ms late to it, so that
+ * it waits): each rank's calls return as before or -ECANCELED, and once one has, so
+ * does every later call. Then every rank makes barriers, the others 20 ms late to
+ * each, until the cancel ends one (it must within 200): every rank gets -ECANCELED
+ * there, and in every call after.
  *
  * Built with RANDOM_MPI (test_comm_random_mpi), the same sequences run through
  * lockstep/comm_mpi.h under mpiexec, over groups of ranks standing in for nodes:
@@ -58,8 +63,16 @@ enum { GUARD = 64, MAX_BYTES = 3 << 20 }; /* guard bytes around buffers; largest
 static uint64_t g_seed;
 static int g_calls;
 /* kill mode: rank g_victim kills itself, from a thread, up to 2 ms after it starts its
- * call number g_death */
-static int g_kill, g_victim, g_death;
+ * call number g_death; with g_cancel, its params.cancel says yes from that call on
+ * (g_cancelling) instead. Either way: one communicator, no mismatches. */
+static int g_kill, g_cancel, g_victim, g_death;
+static int g_cancelling;
+
+static int cancel_asked(void *arg)
+{
+    (void)arg;
+    return __atomic_load_n(&g_cancelling, __ATOMIC_RELAXED);
+}
 #ifdef RANDOM_MPI
 static int g_rpn, g_cons; /* ranks_per_node (0: one node) and consecutive */
 #endif
@@ -546,6 +559,8 @@ static comm_t *make_comm(const struct setting *s, int gen, int rank, int size, c
     p.buffer_bytes = s->buffer;
     p.cpu_sharers = s->sharers;
     p.wait_policy = s->passive ? LOCKSTEP_WAIT_PASSIVE : LOCKSTEP_WAIT_DEFAULT;
+    if (g_cancel && rank == g_victim)
+        p.cancel = cancel_asked;
     /* now and then a rank stays out of the single copies or the asymmetric fences,
      * which then stay off for every rank */
     struct rng r = rng_for(g_seed, ((uint64_t)gen << 32) | 3u, (uint64_t)rank);
@@ -593,6 +608,7 @@ static int rank_body(int rank, int size, const char *job)
     m.want = malloc(cap);
     CHECK(m.heap_r && m.heap_s && m.before_r && m.before_s && m.want);
     int gen = 0, cn = 0, bad = 0, counts[4] = {0}, kinds[6] = {0};
+    int fatal = g_cancel ? -ECANCELED : -LOCKSTEP_EPEERDIED; /* what the victim brings, from g_death on */
     while (cn < g_calls && !bad) {
         struct setting s = pick_setting(g_seed, gen, size);
         lockstep_pool_t *pool;
@@ -613,8 +629,12 @@ static int rank_body(int rank, int size, const char *job)
             struct rng late = rng_for(g_seed, ((uint64_t)gen << 32) | 4u, ((uint64_t)i << 8) | (unsigned)rank);
             if (below(&late, 16) == 0) /* now and then a rank comes late: its peers wait, spin, sleep */
                 usleep((useconds_t)below(&late, 3000));
+            if (g_cancel && rank != g_victim && cn == g_death)
+                usleep(15000); /* so that the victim waits, and asks */
             int invalid = (k.fault == F_REFUSE && odd && k.how == 0) || k.fault == F_REFUSE_ALL;
-            if (g_kill && rank == g_victim && cn == g_death) {
+            if (g_cancel && rank == g_victim && cn == g_death) {
+                __atomic_store_n(&g_cancelling, 1, __ATOMIC_RELAXED);
+            } else if (g_kill && rank == g_victim && cn == g_death) {
                 pthread_t t;
                 CHECK_EQ(pthread_create(&t, NULL, killer, (void *)(uintptr_t)below(&late, 2000)), 0);
             }
@@ -631,8 +651,9 @@ static int rank_body(int rank, int size, const char *job)
             snprintf(ctx, sizeof ctx, "rank %d of %d, generation %d call %d (%s, n %zu, dtype %d, op %d, root %d, "
                      "xfer %d, order %d, fault %d, odd rank %d, how %d)", rank, size, gen, i, kind_name[mine.kind],
                      mine.n, mine.dt, mine.op, mine.root, mine.xfer, p.order, k.fault, k.odd, k.how);
-            /* from the victim's fatal call on, the survivors may meet its death instead */
-            int died = g_kill && cn >= g_death && rc == -LOCKSTEP_EPEERDIED && rc != want;
+            /* from the victim's fatal call on, the survivors may meet its death (or every
+             * rank its cancel) instead */
+            int died = g_kill && cn >= g_death && rc == fatal && rc != want;
             if (rc != want && !died) {
                 fprintf(stderr, "%s: got %s, want %s\n", ctx, lockstep_strerror(rc), lockstep_strerror(want));
                 bad = 1;
@@ -651,8 +672,9 @@ static int rank_body(int rank, int size, const char *job)
                 memcpy(m.want + GUARD, p.r, p.r_bytes);
                 dead = died;
                 if (died && rank == (g_victim ? 0 : 1))
-                    fprintf(stderr, "%d ranks, seed %" PRIu64 ": rank %d died from call %d on; rank %d saw it in "
-                            "call %d (%s of %zu)\n", size, g_seed, g_victim, g_death, rank, cn,
+                    fprintf(stderr, "%d ranks, seed %" PRIu64 ": rank %d %s from call %d on; rank %d saw it in "
+                            "call %d (%s of %zu)\n", size, g_seed, g_victim, g_cancel ? "cancelled" : "died",
+                            g_death, rank, cn,
                             kind_name[mine.kind], mine.n);
             }
             bad |= compare("recv's area", p.r, p.r_bytes, m.want, ctx);
@@ -669,12 +691,21 @@ static int rank_body(int rank, int size, const char *job)
                 break;
             }
         }
-        if (g_kill && rank == g_victim)
+        if (g_kill && !g_cancel && rank == g_victim)
             for (;;) /* until the killer thread's signal */
                 pause();
-        if (g_kill && !bad) { /* the death reaches every survivor, and stays */
-            CHECK_EQ(CALL(barrier)(c), -LOCKSTEP_EPEERDIED);
-            CHECK_EQ(CALL(allreduce)(c, m.heap_r, m.heap_r, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -LOCKSTEP_EPEERDIED);
+        if (g_cancel && !bad) { /* barriers the victim waits in, until its cancel ends one */
+            int rc = 0;
+            for (int t = 0; t < 200 && rc == 0; t++) {
+                if (rank != g_victim)
+                    usleep(20000);
+                rc = CALL(barrier)(c);
+            }
+            CHECK_EQ(rc, fatal);
+        }
+        if (g_kill && !bad) { /* the death (or cancel) reaches every survivor, and stays */
+            CHECK_EQ(CALL(barrier)(c), fatal);
+            CHECK_EQ(CALL(allreduce)(c, m.heap_r, m.heap_r, 1, LOCKSTEP_F32, LOCKSTEP_SUM), fatal);
             comm_free(c);
             lockstep_pool_free(pool);
             gen++;
@@ -722,8 +753,8 @@ int main(int argc, char **argv)
 #else
 int main(int argc, char **argv)
 {
-    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "kill") == 0)) {
-        fprintf(stderr, "usage: %s RANKS SEED CALLS [kill]\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "kill") == 0 || strcmp(argv[4], "cancel") == 0))) {
+        fprintf(stderr, "usage: %s RANKS SEED CALLS [kill|cancel]\n", argv[0]);
         return 1;
     }
     int size = atoi(argv[1]);
@@ -731,11 +762,12 @@ int main(int argc, char **argv)
     g_calls = atoi(argv[3]);
     CHECK(size >= 1 && size <= MAX_TEST_RANKS && g_calls > 0);
     g_kill = argc == 5;
+    g_cancel = g_kill && strcmp(argv[4], "cancel") == 0;
     CHECK(!g_kill || size >= 2);
     struct rng r = rng_for(g_seed, 5, 0);
     g_victim = (int)below(&r, (size_t)size);
     g_death = (int)below(&r, (size_t)g_calls);
-    harness_run_clean(rank_body, size, "random", 300, g_kill ? 1u << g_victim : 0u);
+    harness_run_clean(rank_body, size, "random", 300, g_kill && !g_cancel ? 1u << g_victim : 0u);
     return 0;
 }
 #endif

@@ -111,7 +111,10 @@ typedef struct lockstep_mpi_params {
                                     most an MPI count can say; 1 to INT_MAX */
     int check_calls;             /* nonzero: before any data moves between nodes, the
                                     leaders compare the call (which collective, op,
-                                    dtype, root, count) in one small MPI allreduce,
+                                    dtype, root, count) in one small MPI allreduce
+                                    (in a broadcast's nodes without its root and in
+                                    an all-to-all, after the node's ranks compare
+                                    root and count in one small node allreduce),
                                     so calls that differ between nodes fail with
                                     -LOCKSTEP_EMISMATCH on every rank instead of
                                     being undefined in MPI, and a call one node

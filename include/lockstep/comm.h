@@ -8,8 +8,9 @@
  * Every collective call is numbered. Each rank announces (call kind, op, dtype, count,
  * root, and the caller's tag: lockstep_comm_tag) before touching peers' data and
  * checks every peer's announcement; if any disagree the call fails on every rank with
- * -LOCKSTEP_EMISMATCH, never with mixed-up data. (Eager broadcasts, params.broadcast_eager_bytes, trade part of this for speed:
- * their root does not wait, and learns of a disagreement in a later call.) Every wait
+ * -LOCKSTEP_EMISMATCH, never with mixed-up data. (Eager broadcasts,
+ * params.broadcast_eager_bytes, trade part of this for speed: their root does not
+ * wait, and learns of a disagreement in a later call.) Every wait
  * has a deadline (params.timeout_ms) and, between short slices, checks that peers are
  * alive: a rank that died makes the call fail on the others with -LOCKSTEP_EPEERDIED,
  * a rank that is late past the deadline with -ETIMEDOUT, a wait abandoned through

@@ -223,6 +223,20 @@ static void check_all(lockstep_mpi_comm_t *c, size_t most)
         CHECK_EQ(lockstep_mpi_barrier(c), 0);
 }
 
+/* The end of a call that must fail on this rank with want (what and case k name it in
+ * the report when it does not); then, unless next is 0, the communicator's next call
+ * must fail with next (it is broken). Frees c. */
+static void expect_failed(lockstep_mpi_comm_t *c, int rc, int want, int next, const char *what, int k)
+{
+    if (rc != want)
+        fprintf(stderr, "rank %d: %s, case %d: got %s, want %s\n", R, what, k, lockstep_strerror(rc),
+                lockstep_strerror(want));
+    CHECK_EQ(rc, want);
+    if (next)
+        CHECK_EQ(lockstep_mpi_barrier(c), next);
+    lockstep_mpi_comm_free(c);
+}
+
 int main(int argc, char **argv)
 {
     CHECK_EQ(MPI_Init(&argc, &argv), MPI_SUCCESS);
@@ -349,11 +363,7 @@ int main(int argc, char **argv)
         case 4: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 8 : 4); break;
         case 5: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
         }
-        if (rc != -LOCKSTEP_EMISMATCH)
-            fprintf(stderr, "rank %d: check_calls case %d: got %s, want mismatch\n", R, k, lockstep_strerror(rc));
-        CHECK_EQ(rc, -LOCKSTEP_EMISMATCH);
-        CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
-        lockstep_mpi_comm_free(c);
+        expect_failed(c, rc, -LOCKSTEP_EMISMATCH, -LOCKSTEP_EMISMATCH, "node 1's calls differ", k);
     }
 
     /* check_calls and one rank's invalid arguments (rank 1: its node's leader in some
@@ -380,12 +390,8 @@ int main(int argc, char **argv)
             break;
         case 5: rc = lockstep_mpi_alltoall(c, bad ? NULL : v, v + 32, 1); break;
         }
-        if (rc != (bad ? -EINVAL : -LOCKSTEP_EPEERINVAL))
-            fprintf(stderr, "rank %d: one rank's invalid arguments, case %d: got %s\n", R, k, lockstep_strerror(rc));
-        CHECK_EQ(rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL);
-        if (!bad || lead1)
-            CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EPEERINVAL);
-        lockstep_mpi_comm_free(c);
+        expect_failed(c, rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL, !bad || lead1 ? -LOCKSTEP_EPEERINVAL : 0,
+                      "rank 1's invalid arguments", k);
     }
     if (want_nodes > 1) {
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
@@ -429,12 +435,9 @@ int main(int argc, char **argv)
         case 7: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 2 : 1); break;
         case 8: rc = lockstep_mpi_broadcast(c, v, 4, odd ? home : away); break;
         }
-        if (rc != -LOCKSTEP_EMISMATCH)
-            fprintf(stderr, "rank %d: rank %d's call differs from its node's, case %d: got %s, want mismatch\n", R,
-                    who, k % MISMATCHES, lockstep_strerror(rc));
-        CHECK_EQ(rc, -LOCKSTEP_EMISMATCH);
-        CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EMISMATCH);
-        lockstep_mpi_comm_free(c);
+        expect_failed(c, rc, -LOCKSTEP_EMISMATCH, -LOCKSTEP_EMISMATCH,
+                      who == home ? "a leader's call differs from its node's" : "a call differs from its node's",
+                      k % MISMATCHES);
     }
     /* The same rank's invalid arguments (then its leader's) where its node's own step
      * would come after the leaders' or not before MPI's: a broadcast from another
@@ -446,13 +449,8 @@ int main(int argc, char **argv)
         float v[64] = {0};
         int rc = k % 2 ? lockstep_mpi_alltoall(c, bad ? NULL : v, v + 32, 1)
                        : lockstep_mpi_broadcast(c, bad ? NULL : v, 8, away);
-        if (rc != (bad ? -EINVAL : -LOCKSTEP_EPEERINVAL))
-            fprintf(stderr, "rank %d: rank %d's invalid arguments, case %d: got %s\n", R, who, k,
-                    lockstep_strerror(rc));
-        CHECK_EQ(rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL);
-        if (!bad || who == home)
-            CHECK_EQ(lockstep_mpi_barrier(c), -LOCKSTEP_EPEERINVAL);
-        lockstep_mpi_comm_free(c);
+        expect_failed(c, rc, bad ? -EINVAL : -LOCKSTEP_EPEERINVAL, !bad || who == home ? -LOCKSTEP_EPEERINVAL : 0,
+                      who == home ? "a leader's invalid arguments" : "a non-leader's invalid arguments", k);
     }
     /* Without check_calls, case 8 above by a rank that does not lead its node: the
      * other nodes have their data, and the odd rank's node fails the call with

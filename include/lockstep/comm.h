@@ -339,10 +339,10 @@ int lockstep_comm_peers(lockstep_comm_t *comm, lockstep_order_t order, int *peer
 /* Copy root's buf (bytes) into every other rank's buf. order and xfer are
  * lockstep_order_t and lockstep_xfer_t; every rank must pass the same xfer (else
  * -LOCKSTEP_EMISMATCH), the order may differ. Between 2 ranks that fit the CPUs, from
- * 2 MiB (and not zero-copy), the root writes half of buf into the receiver's and the
- * receiver reads the other half from the root's, one copy each (process_vm_writev/
- * readv; LOCKSTEP_NO_CMA=1 turns it off); the root then returns once the receiver has
- * its copy. */
+ * 64 KiB to 512 KiB and from 2 MiB (and not zero-copy), the root writes half of buf
+ * into the receiver's and the receiver reads the other half from the root's, one copy
+ * each (process_vm_writev/readv; LOCKSTEP_NO_CMA=1 turns it off); the root then
+ * returns once the receiver has its copy. */
 int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int root,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 

@@ -54,11 +54,16 @@ void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst)
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
 }
 
+int ls_cma_ok(const lockstep_comm_t *c, int r)
+{
+    return r == c->rank ? c->cma_posted : posted(c, r, c->seq).ok != 0;
+}
+
 int ls_cma_count(const lockstep_comm_t *c)
 {
     int n = 0;
     for (int r = 0; r < c->size; r++)
-        n += r == c->rank ? c->cma_posted : posted(c, r, c->seq).ok != 0;
+        n += ls_cma_ok(c, r);
     return n;
 }
 

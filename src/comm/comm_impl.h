@@ -354,7 +354,9 @@ void ls_cma_drain(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */
 void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst);
-/* after the announcement: how many ranks posted their c->cma (single copy when all) */
+/* after the announcement: whether rank r posted its c->cma, and how many ranks did
+ * (single copy when all) */
+int ls_cma_ok(const lockstep_comm_t *c, int r);
 int ls_cma_count(const lockstep_comm_t *c);
 /* n bytes from rank r's posted source + at into dst: 0, or the error that breaks the
  * communicator (LOCKSTEP_EPEERDIED if r is gone, EIO otherwise) */

@@ -34,10 +34,10 @@
  * receivers reading the sender's buffer themselves was no faster than the slots with
  * fresh data each call (the pipelined broadcast won at 4 ranks by up to 1.8x, the
  * allgather tied; see CHANGELOG).
- * Single copy, broadcasts of BCAST_CMA_MIN or more between 2 ranks that fit the CPUs
- * (and not zero-copy): the root writes the first half into the receiver's buf while
- * the receiver reads the second half from the root's, each a single copy
- * (split_broadcast).
+ * Single copy, broadcasts of BCAST_CMA_LOW to BCAST_CMA_HIGH, small or not, or of
+ * BCAST_CMA_MIN or more, between 2 ranks that fit the CPUs (and not zero-copy): the
+ * root writes the first half into the receiver's buf while the receiver reads the
+ * second half from the root's, each a single copy (split_broadcast).
  * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs (PUSH:
  * ALLGATHER_CMA_MIN_PUSH, or ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED when ranks outnumber
  * them) and every rank can reach its peers (and not zero-copy PUSH): with PULL each
@@ -84,6 +84,24 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * fit no CPU count here, so they were not measured and keep the slots. */
 #define BCAST_CMA_MIN ((size_t)2 * 1024 * 1024)
 
+/* Single copy between 2 ranks that fit the CPUs also from BCAST_CMA_LOW up to
+ * BCAST_CMA_HIGH, most of it on the small path, whose root otherwise copies into its
+ * slot before announcing (there every rank posts whether it can, and a root that can
+ * copies nothing first; if the receiver cannot, the root copies into the slots after
+ * announcing, one step more: late_copy). Against the slots in the same processes (2
+ * ranks, AMD EPYC with 2 vCPUs, median of 9 alternating batches, PULL and PUSH alike),
+ * unchanged data: 32 KiB 0.74-1.00x the time, 64 KiB 0.53x, 96-384 KiB 0.36-0.47x,
+ * 512 KiB 0.44x, 768 KiB 0.94-0.98x; new data before every call: 32-64 KiB 0.97-1.00x,
+ * 96-384 KiB 0.91-0.97x, 512 KiB 1.17-1.24x, 768 KiB 1.05x. OpenMPI's MPI_Bcast, which
+ * reads the root's buf with CMA, took 0.70-0.92x the slots' time at 64-512 KiB with
+ * unchanged data; single copy takes 0.48-0.63x MPI_Bcast's there (with new data
+ * 0.54-0.59x, the slots 0.48-0.61x), so 512 KiB stays in. On that machine the slots
+ * also beat the single copy from 1 MiB (new data 2-8 MiB 0.52-0.75x the time,
+ * unchanged 0.76x; a tie at 16 MiB), the reverse of what BCAST_CMA_MIN was measured
+ * with above; see CHANGELOG. */
+#define BCAST_CMA_LOW ((size_t)64 * 1024)
+#define BCAST_CMA_HIGH ((size_t)512 * 1024)
+
 /* Up to small_bytes, a PUSH broadcast goes zero-copy (shared, split_broadcast) only
  * when its root's buf lies in the root's buffer too and the root would copy at least
  * SMALL_ZERO_COPY_MIN into the receivers' slots ((size - 1) * bytes): then the root
@@ -99,6 +117,7 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * (0.18-0.34x from 16 KiB). A root whose buf lies in its buffer while some receiver's
  * does not copies into the slots after announcing, and one step more. */
 #define SMALL_ZERO_COPY_MIN ((size_t)576 * 1024)
+_Static_assert(BCAST_CMA_HIGH < SMALL_ZERO_COPY_MIN, "a small 2-rank broadcast posts for one of the two at most");
 
 /* Pieces small enough that the receivers start soon after the root; at 2 and 4 ranks,
  * 64 KiB beat 256 KiB and the old step per 1 MiB chunk (see CHANGELOG). */
@@ -224,26 +243,42 @@ static void copy_to_slots(lockstep_comm_t *c, const char *buf, size_t bytes, con
         memcpy(ls_small(c, peers[i], b), buf, bytes);
 }
 
-/* A PUSH broadcast of SMALL_ZERO_COPY_MIN up to small_bytes whose root's buf lies in
- * its buffer, after the announcement: if every receiver's does too, zero-copy as a
- * larger one (split_broadcast), else the root copies into every receiver's small slot
- * only now, and one step tells them it is there. */
-static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np)
+/* A small broadcast whose root copied nothing before announcing, in the hope of a
+ * zero-copy or single-copy call that some receiver could not take, after the
+ * announcement: the root copies into the small slots only now (PULL its own, PUSH
+ * every receiver's), and one step tells the receivers it is there. */
+static int late_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                     lockstep_xfer_t xfer)
 {
-    uint64_t deadline = ls_comm_deadline(c);
-    if (all_posted(c, LOCKSTEP_PUSH, root))
-        return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
     unsigned b = c->seq & 1;
     uint32_t t = ++c->step;
     int rc;
-    if (c->rank == root)
+    if (c->rank == root && xfer == LOCKSTEP_PULL)
+        memcpy(ls_small(c, root, b), buf, bytes);
+    else if (c->rank == root)
         copy_to_slots(c, buf, bytes, peers, np, b);
-    else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
+    else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, ls_comm_deadline(c))) != 0)
         return rc;
     else
-        memcpy(buf, ls_small(c, c->rank, b), bytes);
+        memcpy(buf, ls_small(c, xfer == LOCKSTEP_PULL ? root : c->rank, b), bytes);
     ls_comm_publish_step(c, t);
     return 0;
+}
+
+/* A PUSH broadcast of SMALL_ZERO_COPY_MIN up to small_bytes whose root's buf lies in
+ * its buffer, after the announcement: if every receiver's does too, zero-copy as a
+ * larger one (split_broadcast), else through the slots, late. */
+static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np)
+{
+    if (all_posted(c, LOCKSTEP_PUSH, root))
+        return split_broadcast(c, buf, bytes, root, peers, np, 0, ls_comm_deadline(c));
+    return late_copy(c, buf, bytes, root, peers, np, LOCKSTEP_PUSH);
+}
+
+/* 2 ranks that fit the CPUs: a broadcast of this size may move by single copy */
+static int single_copy_size(size_t bytes)
+{
+    return (bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH) || bytes >= BCAST_CMA_MIN;
 }
 
 static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
@@ -269,7 +304,11 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
          * before announcing */
         int posts = xfer == LOCKSTEP_PUSH && bytes * (size_t)np >= SMALL_ZERO_COPY_MIN;
         uint64_t where = posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
-        int later = me == root && where != LS_NO_OFFSET;
+        /* 2 ranks (the same on every rank, as bytes): every rank posts whether it can
+         * take a single copy, and a root that can copies nothing before announcing */
+        int cma_posts = np == 1 && bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
+        int cma_mine = cma_posts && c->cma && ls_fits(c);
+        int later = me == root && (where != LS_NO_OFFSET || cma_mine);
         if (me == root && bytes && !later) {
             if (bytes <= LS_INLINE_BYTES)
                 memcpy(ls_ctl(c, me)->ann[b].data + at, buf, bytes);
@@ -280,10 +319,16 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         }
         if (posts) /* after the copy, as for allreduce */
             ls_zc_post(c, LS_NO_OFFSET, where);
+        if (cma_posts)
+            ls_cma_post(c, cma_mine ? buf : NULL, buf);
         if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
             return rc;
         if (posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET)
             return small_zero_copy(c, buf, bytes, root, peers, np);
+        if (cma_posts && ls_cma_count(c) == c->size)
+            return split_broadcast(c, buf, bytes, root, peers, np, 1, ls_comm_deadline(c));
+        if (cma_posts && ls_cma_ok(c, root)) /* the root held its copy back */
+            return late_copy(c, buf, bytes, root, peers, np, xfer);
         if (me != root && bytes)
             memcpy(buf,
                    bytes <= LS_INLINE_BYTES ? (const void *)(ls_ctl(c, root)->ann[b].data + at)
@@ -295,7 +340,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     post_recv(c, xfer, buf, bytes);
     /* only 2 ranks post for single copy; np is the same on every rank, so the others
      * need not count the posts after announcing */
-    int cma_try = np == 1 && c->cma && ls_fits(c) && bytes >= BCAST_CMA_MIN;
+    int cma_try = np == 1 && c->cma && ls_fits(c) && single_copy_size(bytes);
     ls_cma_post(c, cma_try ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */

@@ -553,8 +553,9 @@ static int body(int rank, int size, const char *job)
     /* up to 100 B (LS_INLINE_BYTES) in the announcement, 64 B on its second line alone;
      * 256 KiB: the switch; from 1 MiB, while ranks fit the CPUs, an allgather moves
      * blocks straight between the ranks' memory (single copy), in place (odd index) and
-     * not, and so does a broadcast between 2 ranks from 2 MiB (2621441) */
-    static const size_t sizes[] = {0, 1, 13, 64, 100, 101, 65536, 262144, 262145, 2621441, 1048576};
+     * not, and so does a broadcast between 2 ranks from 64 KiB to 512 KiB (65536,
+     * 131075 and 262144 on the small path, 524288 past it) and from 2 MiB (2621441) */
+    static const size_t sizes[] = {0, 1, 13, 64, 100, 101, 65536, 131075, 262144, 262145, 524288, 2621441, 1048576};
     for (int order = 0; order <= LOCKSTEP_ORDER_TOPOLOGY; order++)
         for (int xfer = 0; xfer <= LOCKSTEP_PUSH; xfer++)
             for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {

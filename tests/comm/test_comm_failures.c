@@ -1361,6 +1361,7 @@ int main(int argc, char **argv)
         kill_ranks = kill_ranks < 2 ? 2 : kill_ranks > 3 ? 3 : kill_ranks;
         test_peer_death(1u << 21, 0, 0); /* 8 MiB, single copy (process_vm_readv/writev) */
         test_peer_death(1u << 21, 0, 1); /* push broadcast, 2 ranks: single copy, half each */
+        test_peer_death(1u << 15, 0, 1); /* the same at 128 KiB, on the small path */
         kill_ranks = 3;
         test_peer_death(1u << 21, 1, 0); /* 8 MiB, zero-copy */
         test_peer_death(1u << 21, 1, 1); /* zero-copy push broadcast: the root dies too */

@@ -419,6 +419,15 @@ class Comm:
     def barrier(self):
         self._c.barrier()
 
+    def tag(self, tag):
+        """From now on this rank's calls on this Comm carry tag (0-255; 0 at creation),
+        which every rank compares as it compares the call itself: calls alike but for
+        their tags raise MismatchError on every rank. For a layer that makes one
+        operation of several calls, so that a rank at another step, or in another
+        operation, cannot be paired with a call that merely looks the same. Local: it
+        sends nothing."""
+        self._c.tag(_int_arg(tag, "tag"))
+
     def close(self):
         self._c.close()
 

@@ -1206,6 +1206,20 @@ static PyObject *comm_barrier(CommObject *self, PyObject *unused)
     return left(self, rc, "barrier");
 }
 
+static PyObject *comm_tag(CommObject *self, PyObject *arg)
+{
+    long tag = PyLong_AsLong(arg);
+    if (tag == -1 && PyErr_Occurred())
+        return NULL;
+    if (tag < 0 || tag > 255) {
+        PyErr_Format(PyExc_ValueError, "tag must be 0 to 255, not %ld", tag);
+        return NULL;
+    }
+    if (enter(self, "tag") != 0)
+        return NULL;
+    return left(self, lockstep_comm_tag(self->comm, (unsigned)tag), "tag");
+}
+
 static PyObject *comm_peers(CommObject *self, PyObject *arg)
 {
     long order = PyLong_AsLong(arg);
@@ -1352,6 +1366,7 @@ static PyMethodDef comm_methods[] = {
     {"barrier", (PyCFunction)comm_barrier, METH_NOARGS, "barrier()"},
     {"refuse", (PyCFunction)comm_refuse, METH_NOARGS,
      "refuse(): take this rank's turn in the next collective only to refuse it (bad arguments)"},
+    {"tag", (PyCFunction)comm_tag, METH_O, "tag(t): this rank's later calls carry tag t (0-255), compared as the call is"},
     {"peers", (PyCFunction)comm_peers, METH_O, "peers(order) -> the other ranks, in the order a broadcast visits them"},
     {"bench_call", (PyCFunction)comm_bench_call, METH_VARARGS,
      "bench_call(call, count, iters) -> ns per C call (allreduce, broadcast, allgather, alltoall, reduce_scatter)"},

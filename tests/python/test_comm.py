@@ -653,6 +653,30 @@ def test_mismatch_raises_on_every_rank():
     run_ranks(mismatch_body, 2)
 
 
+def tag_body(rank, size, job):
+    """Comm.tag: a tag shared by both ranks carries over calls; bad tags raise
+    ValueError or TypeError and change nothing; calls alike but for the tag raise
+    MismatchError on every rank."""
+    with lockstep.Comm(job, rank, size, timeout=20) as c:
+        c.tag(7)
+        x = np.full(4, rank + 1, np.int32)
+        c.allreduce(x)
+        c.allreduce(x)  # still 7 on both
+        assert x.tolist() == [6] * 4
+        for bad, err in ((256, ValueError), (-1, ValueError), (2**40, ValueError), (1.0, TypeError), (None, TypeError)):
+            with pytest.raises(err, match="tag"):
+                c.tag(bad)
+        c.barrier()  # both still on 7
+        c.tag(1 + rank)
+        with pytest.raises(lockstep.MismatchError):
+            c.allreduce(np.ones(4, np.float32))
+    return True
+
+
+def test_tags_tell_calls_apart():
+    assert run_ranks(tag_body, 2, timeout=60) == {0: True, 1: True}
+
+
 def refuse_body(rank, size, job):
     """Rank 1 passes a bad argument to each kind of call, the others good ones: rank 1
     raises what to fix, the others PeerArgumentError at once (the deadline, 60 s, is

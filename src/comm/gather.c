@@ -275,10 +275,16 @@ static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root
     return late_copy(c, buf, bytes, root, peers, np, LOCKSTEP_PUSH);
 }
 
-/* 2 ranks that fit the CPUs: a broadcast of this size may move by single copy */
+/* 2 ranks that fit the CPUs: a broadcast of this size may move by single copy, from
+ * the small path too (low) or from the large path only */
+static int single_copy_low(size_t bytes)
+{
+    return bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
+}
+
 static int single_copy_size(size_t bytes)
 {
-    return (bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH) || bytes >= BCAST_CMA_MIN;
+    return single_copy_low(bytes) || bytes >= BCAST_CMA_MIN;
 }
 
 static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
@@ -306,7 +312,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         uint64_t where = posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
         /* 2 ranks (the same on every rank, as bytes): every rank posts whether it can
          * take a single copy, and a root that can copies nothing before announcing */
-        int cma_posts = np == 1 && bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
+        int cma_posts = np == 1 && single_copy_low(bytes);
         int cma_mine = cma_posts && c->cma && ls_fits(c);
         int later = me == root && (where != LS_NO_OFFSET || cma_mine);
         if (me == root && bytes && !later) {

@@ -318,6 +318,9 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    if (rank == 0) /* how large blocks moved in this run (rank 0's measure, or LOCKSTEP_KERNEL_COPY) */
+        printf("{\"note\": \"kernel_copy\", \"ranks\": %d, \"value\": \"%s\"}\n", size,
+               lockstep_comm_kernel_copy(c.ls[0]));
     for (int k = 0; k < 3; k++) {
         lockstep_mpi_params_t q = lockstep_mpi_params_default();
         q.ranks_per_node = k == 0 ? 0 : (size + 1) / 2;

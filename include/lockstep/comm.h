@@ -237,6 +237,19 @@ void lockstep_comm_free(lockstep_comm_t *comm);
 int lockstep_comm_rank(const lockstep_comm_t *comm);
 int lockstep_comm_size(const lockstep_comm_t *comm);
 
+/* How this rank's calls move large blocks straight between the ranks' own memory
+ * (single copies, process_vm_readv/writev): "off" when this rank cannot (a security
+ * module refused it at create, or LOCKSTEP_NO_CMA=1; no call uses them then, on any
+ * rank), else "fast" or "slow", the same on every rank: rank 0 times the kernel's copy
+ * against memcpy at create, and where it takes more than twice as long ("slow"), ranks
+ * that fit the CPUs use single copies only where they still won on such a machine
+ * (all-to-all blocks of 32-160 KiB, PUSH allgather blocks up to 384 KiB, 2-rank
+ * broadcasts of 64-512 KiB), and the slots elsewhere. LOCKSTEP_KERNEL_COPY=fast or slow
+ * on rank 0 skips the measure and decides (auto or unset: measure; anything else:
+ * lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why). NULL
+ * with errno EINVAL for a NULL comm. */
+const char *lockstep_comm_kernel_copy(const lockstep_comm_t *comm);
+
 /* Bytes per element of dtype, or 0 if unknown. */
 size_t lockstep_dtype_size(lockstep_dtype_t dtype);
 

@@ -432,6 +432,16 @@ class Comm:
         self._c.close()
 
     @property
+    def kernel_copy(self):
+        """How this rank's calls move large blocks straight between the ranks' own
+        memory (process_vm_readv/writev): "off" if this rank cannot (a security module,
+        or LOCKSTEP_NO_CMA=1), else "fast" or "slow", the same on every rank: rank 0
+        times the kernel's copy against memcpy at creation, and where it is slow ranks
+        that fit the CPUs use such copies only at the sizes where they still won.
+        LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 decides instead (auto: measure)."""
+        return self._c.kernel_copy
+
+    @property
     def closed(self):
         """True once close() has been called."""
         return self._c.closed

@@ -1325,6 +1325,13 @@ static PyObject *comm_get_size(CommObject *self, void *closure)
     return c ? PyLong_FromLong(lockstep_comm_size(c)) : NULL;
 }
 
+static PyObject *comm_get_kernel_copy(CommObject *self, void *closure)
+{
+    (void)closure;
+    lockstep_comm_t *c = live(self);
+    return c ? PyUnicode_FromString(lockstep_comm_kernel_copy(c)) : NULL;
+}
+
 static PyObject *comm_get_closed(CommObject *self, void *closure)
 {
     (void)closure;
@@ -1376,6 +1383,8 @@ static PyMethodDef comm_methods[] = {
 static PyGetSetDef comm_getset[] = {
     {"rank", (getter)comm_get_rank, NULL, "this process's rank", NULL},
     {"size", (getter)comm_get_size, NULL, "number of ranks", NULL},
+    {"kernel_copy", (getter)comm_get_kernel_copy, NULL,
+     "'fast', 'slow' or 'off': how large blocks move by single copy (lockstep_comm_kernel_copy)", NULL},
     {"closed", (getter)comm_get_closed, NULL, "whether close() was called (or creation failed)", NULL},
     {"busy", (getter)comm_get_busy, NULL, "whether a thread is in a call on this communicator", NULL},
     {NULL, NULL, NULL, NULL, NULL}};

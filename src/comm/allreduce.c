@@ -117,7 +117,11 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * where bf16 trades that 1.10x for 0.73x with the same data. On the first machine f32
  * tied at 256 KiB and won from 384 KiB.
  * With more ranks than CPUs it lost (4 ranks on 2, unchanged data: 128 KiB 1.45-1.6x,
- * 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB 1.21x; only 4 MiB won, 0.93x). */
+ * 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB 1.21x; only 4 MiB won, 0.93x).
+ * Not where kernel copies are slow (ls_cma_slow): on a later machine that also showed
+ * itself as AMD EPYC with 2 vCPUs, but whose process_vm_readv took 3.6-4x memcpy's
+ * time, 2 ranks, f32, new data: 256 KiB 1.58x, 512 KiB 2.00x, 1 MiB 1.91x, 4-16 MiB
+ * 1.65-1.68x; unchanged data 1.03x at 256 KiB, 1.88-2.07x at 1-4 MiB. */
 #define SINGLE_COPY_MIN ((size_t)256 * 1024)      /* f32, i32 */
 #define SINGLE_COPY_MIN_HALF ((size_t)512 * 1024) /* f16, bf16 */
 
@@ -191,7 +195,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool && bytes >= cma_min;
+    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !ls_cma_slow(c) && !c->pool && bytes >= cma_min;
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */

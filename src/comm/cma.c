@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -31,9 +32,59 @@ static struct ls_cma_posted posted(const lockstep_comm_t *c, int r, uint32_t s)
     return p;
 }
 
+int ls_kernel_copy_env(const char **bad)
+{
+    const char *s = getenv("LOCKSTEP_KERNEL_COPY");
+    if (!s || !*s || strcasecmp(s, "auto") == 0)
+        return 0;
+    if (strcasecmp(s, "fast") == 0)
+        return LS_KCOPY_FAST;
+    if (strcasecmp(s, "slow") == 0)
+        return LS_KCOPY_SLOW;
+    if (bad)
+        *bad = s;
+    return -1;
+}
+
+/* The probe: in cache on any machine that runs collectives, and long enough (tens of
+ * microseconds through the kernel) that the clock's resolution does not matter; the
+ * fastest of a few rounds, each memcpy then the kernel's copy of the same bytes */
+#define PROBE_BYTES ((size_t)256 * 1024)
+#define PROBE_ROUNDS 6
+
+uint32_t ls_kernel_copy_measure(void)
+{
+    int want = ls_kernel_copy_env(NULL);
+    if (want > 0)
+        return (uint32_t)want;
+    char *a = malloc(2 * PROBE_BYTES);
+    if (!a) /* nothing to learn from, and single copies then are the old default */
+        return LS_KCOPY_FAST;
+    char *b = a + PROBE_BYTES;
+    memset(a, 1, 2 * PROBE_BYTES);
+    uint64_t mem = UINT64_MAX, kernel = UINT64_MAX;
+    int ok = 1;
+    for (int i = 0; ok && i < PROBE_ROUNDS; i++) {
+        uint64_t t0 = lockstep_now_ns();
+        memcpy(b, a, PROBE_BYTES);
+        __asm__ volatile("" : : "r"(b) : "memory"); /* the copy is used */
+        uint64_t t1 = lockstep_now_ns();
+        struct iovec local = {b, PROBE_BYTES}, remote = {a, PROBE_BYTES};
+        ok = process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)PROBE_BYTES;
+        uint64_t t2 = lockstep_now_ns();
+        mem = t1 - t0 < mem ? t1 - t0 : mem;
+        kernel = t2 - t1 < kernel ? t2 - t1 : kernel;
+    }
+    free(a);
+    /* a kernel that refuses rank 0's own copies refuses its peers' too: no single
+     * copies either way */
+    return !ok || kernel > LS_KCOPY_SLOW_RATIO * mem ? LS_KCOPY_SLOW : LS_KCOPY_FAST;
+}
+
 void ls_comm_cma_init(lockstep_comm_t *c)
 {
     c->cma = !ls_env_set("LOCKSTEP_NO_CMA");
+    c->cma_slow = c->hdr->kernel_copy == LS_KCOPY_SLOW;
     size_t at = (size_t)((char *)&ls_ctl(c, 0)->own.pid - c->base);
     for (int r = 0; c->cma && r < c->size; r++) {
         if (r == c->rank)

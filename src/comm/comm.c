@@ -105,6 +105,15 @@ size_t lockstep_dtype_size(lockstep_dtype_t dtype)
 int lockstep_comm_rank(const lockstep_comm_t *c) { return c ? c->rank : -EINVAL; }
 int lockstep_comm_size(const lockstep_comm_t *c) { return c ? c->size : -EINVAL; }
 
+const char *lockstep_comm_kernel_copy(const lockstep_comm_t *c)
+{
+    if (!c) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return !c->cma ? "off" : c->cma_slow ? "slow" : "fast";
+}
+
 /* ---- environment ------------------------------------------------------------------ */
 
 static char env_error[64];
@@ -764,7 +773,7 @@ static int create_segment(const char *name, size_t total, uint32_t here)
 int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_t len)
 {
     char dummy[1];
-    const char *bad_isa = "";
+    const char *bad_isa = "", *bad_copy = "";
     if (!msg || !len) {
         msg = dummy;
         len = sizeof dummy;
@@ -793,6 +802,10 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
     else if (ls_isa_cap(&bad_isa) < 0)
         snprintf(msg, len, "environment variable LOCKSTEP_ISA must be avx512, avx2, base or unset (got \"%s\")",
                  bad_isa);
+    else if (ls_kernel_copy_env(&bad_copy) < 0)
+        snprintf(msg, len,
+                 "environment variable LOCKSTEP_KERNEL_COPY must be fast, slow, auto or unset (got \"%s\")",
+                 bad_copy);
     else {
         msg[0] = 0;
         return 0;
@@ -885,7 +898,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
      * and tied at 4 MiB; 384 KiB (190 us at 1 MiB) and 768 KiB were worse, 1 MiB much
      * worse from 4 MiB (2087 against 773 us). 2 ranks on 2 cores did best with 1 MiB.
      * Rank 0 decides, for everyone, since ranks may see different CPU counts (affinity). */
-    want.step_bytes = p->chunk_bytes;
+    want.step_bytes = (uint32_t)p->chunk_bytes; /* at most SLOT_MAX */
     if (oversubscribed && want.step_bytes > OVERSUBSCRIBED_STEP)
         want.step_bytes = OVERSUBSCRIBED_STEP;
 
@@ -980,6 +993,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     c->barrier = (lockstep_barrier_t *)(void *)(c->base + want.off_barrier);
     if (p->rank == 0) {
         memcpy(c->hdr, &want, sizeof want);
+        c->hdr->kernel_copy = p->size > 1 ? ls_kernel_copy_measure() : LS_KCOPY_FAST;
         c->hdr->creator_pid = (int32_t)getpid();
         c->hdr->creator_ns = c->pid_ns;
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();

@@ -37,9 +37,10 @@
 /* A segment's header starts with "lsc" and the protocol in the low byte. Bump
  * LS_PROTOCOL with every change of the segment's layout or of the protocol on it: a
  * rank of another build then refuses to join (EPROTO) instead of misreading the
- * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own. */
+ * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own;
+ * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x6eu
+#define LS_PROTOCOL 0x6fu
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -57,7 +58,9 @@ typedef struct ls_seg_hdr {
     int32_t creator_pid;
     uint32_t creator_ns; /* its PID namespace (comm.c: pid_ns): its pid means nothing elsewhere */
     uint64_t small_bytes, chunk_bytes, data_stride;
-    uint64_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
+    uint32_t step_bytes;  /* the large allreduce's step: chunk_bytes (at most 2**30), or less
+                             when oversubscribed */
+    uint32_t kernel_copy; /* LS_KCOPY_FAST or LS_KCOPY_SLOW, as rank 0 found it (cma.c) */
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
     uint64_t off_barrier, off_ctl, off_data, total;
     uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */
@@ -167,6 +170,7 @@ struct lockstep_comm {
     uint32_t run_start;                /* eager.c: the first of the eager calls in a row */
     int in_eager;                      /* in an eager broadcast or settling after them */
     int cma;                           /* this rank can read every peer's memory (cma.c) */
+    int cma_slow;                      /* the header's kernel_copy is LS_KCOPY_SLOW */
     unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up, as
                                           this rank saw at create: 1 while they fit */
     uint32_t spread_wait;              /* spread.c: calls from the next check to the one
@@ -229,6 +233,14 @@ static inline int ls_comm_end(lockstep_comm_t *c, uint32_t seq0, int rc)
 static inline int ls_fits(const lockstep_comm_t *c)
 {
     return c->per_cpu == 1;
+}
+
+/* Kernel copies are slow here (LS_KCOPY_SLOW, the same on every rank) and ranks fit
+ * the CPUs, as this rank saw at create: single copies only where they won on such a
+ * machine (see each collective's limits) */
+static inline int ls_cma_slow(const lockstep_comm_t *c)
+{
+    return c->cma_slow && ls_fits(c);
 }
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -337,6 +349,31 @@ int ls_zc_count(const lockstep_comm_t *c);
  * at 2 ranks (16-64 KiB 1.15-1.47x), and took 1.6x the writes' time at 512 KiB. */
 #define LS_CMA_MIN ((size_t)32 * 1024)
 #define LS_CMA_MIN_FITS ((size_t)8 * 1024)
+/* Where kernel copies are slow (LS_KCOPY_SLOW) and ranks fit the CPUs, all-to-alls
+ * write blocks from LS_CMA_MIN to LS_CMA_MAX_SLOW this way. AMD EPYC with 2 vCPUs
+ * (process_vm_readv 3.6-4x memcpy's time), 2 ranks, new data before every call, the
+ * same comparison: blocks of 8 KiB 1.60x the time, 16 KiB 1.14x, 24 KiB 0.96x, 32 KiB
+ * 0.81-0.89x, 48-128 KiB 0.71-0.81x (one run of two 1.17x at 112-128 KiB), 144-160 KiB
+ * 0.81-0.94x, 192 KiB 1.02-1.09x, 256 KiB 1.20-1.24x, 1 MiB 1.38-1.39x. Ranks
+ * outnumbering the CPUs keep LS_CMA_MIN and no limit: 4 ranks on the 2 vCPUs, 32 KiB-1
+ * MiB 0.31-0.46x (the slots' steps wait for ranks to be scheduled). */
+#define LS_CMA_MAX_SLOW ((size_t)160 * 1024)
+/* The header's kernel_copy. Rank 0 times process_vm_readv of its own memory against
+ * memcpy of the same bytes at create (ls_kernel_copy_measure): slow when the kernel's
+ * copy takes more than LS_KCOPY_SLOW_RATIO times memcpy's. Through the slots a byte is
+ * copied twice, by two CPUs in turn; by single copy once, through the kernel; so past
+ * twice memcpy's time single copies lose wherever copying dominates, as it does while
+ * ranks fit the CPUs. LOCKSTEP_KERNEL_COPY (fast, slow, or auto or unset: measure)
+ * decides instead, on rank 0. The machines where single copies were first measured
+ * won with them; a later one (AMD EPYC, 2 vCPUs) measured 3.6-4.0x at 256 KiB to 4
+ * MiB, in cache, and single copies lost to the slots there past the limits below. */
+enum { LS_KCOPY_FAST = 1, LS_KCOPY_SLOW = 2 };
+#define LS_KCOPY_SLOW_RATIO 2
+/* LOCKSTEP_KERNEL_COPY as LS_KCOPY_FAST or LS_KCOPY_SLOW, 0 unset, empty or auto, -1
+ * (and *bad = the value) for anything else */
+int ls_kernel_copy_env(const char **bad);
+/* rank 0 at create: LS_KCOPY_FAST or LS_KCOPY_SLOW */
+uint32_t ls_kernel_copy_measure(void);
 /* ls_cma_write moves at most this per system call, each after a check that the call
  * has not failed (see cma_move) */
 #define LS_CMA_PIECE ((size_t)256 * 1024)

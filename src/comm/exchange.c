@@ -112,8 +112,9 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
      * time; 4 ranks, 64 B-2 KiB blocks: 0.84-0.90x (median of 15 and 9 paired batches;
      * the other order: 1.35-1.44x) */
     int small = total <= c->hdr->exchange_small;
-    int cma_try = alltoall && !small && bytes >= (ls_fits(c) ? LS_CMA_MIN_FITS : LS_CMA_MIN) && !zc_mine &&
-                  c->cma; /* no copy in, then */
+    int slow = ls_cma_slow(c);
+    int cma_try = alltoall && !small && bytes >= (ls_fits(c) && !slow ? LS_CMA_MIN_FITS : LS_CMA_MIN) &&
+                  !(slow && bytes > LS_CMA_MAX_SLOW) && !zc_mine && c->cma; /* no copy in, then */
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;
     unsigned first = c->busy == 0 ? 1 : 0;

@@ -75,13 +75,24 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
 #define ALLGATHER_CMA_MIN ((size_t)1024 * 1024)
 #define ALLGATHER_CMA_MIN_PUSH ((size_t)128 * 1024)
 #define ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED ((size_t)64 * 1024)
+/* Where kernel copies are slow and ranks fit the CPUs (ls_cma_slow), PUSH blocks from
+ * ALLGATHER_CMA_MIN_PUSH up to this, and no PULL. AMD EPYC with 2 vCPUs, 2 ranks, new
+ * data before every call, the same comparison: PUSH blocks of 160-256 KiB 0.60-0.69x
+ * the time (one run of four 0.98-1.20x), 320 KiB 0.77-0.78x, 384 KiB 0.83-0.93x, 448
+ * KiB 1.02-1.05x, 512 KiB 1.11-1.14x, 1-4 MiB 1.42-1.53x; PULL 1 MiB 1.68-1.75x, 4 MiB
+ * 1.07-1.08x. Ranks outnumbering the CPUs keep the limits above: 4 ranks on the 2
+ * vCPUs, PUSH 128 KiB-1 MiB 0.32-0.60x, 4 MiB 0.65-0.70x. */
+#define ALLGATHER_CMA_MAX_PUSH_SLOW ((size_t)384 * 1024)
 
 /* The smallest broadcasts 2 ranks move by single copy, half each (cma.c), while they
  * fit the CPUs. Against the pipelined slots, same processes (median of 9 paired
  * batches), new data in buf before every call: 2 MiB 0.77x the time, 4 MiB 0.71-0.72x,
  * 16 MiB 0.72x (PUSH and PULL alike); 512 KiB a tie and 1 MiB 1.01-1.06x. Unchanged
  * data: 0.30-0.35x at 512 KiB-1 MiB, 0.56x at 4 MiB, 0.61x at 16 MiB. More ranks than 2
- * fit no CPU count here, so they were not measured and keep the slots. */
+ * fit no CPU count here, so they were not measured and keep the slots. Not where
+ * kernel copies are slow (ls_cma_slow): AMD EPYC with 2 vCPUs, new data, 2 MiB
+ * 1.34-1.92x the slots' time, 4 MiB 1.43x, 8 MiB 0.91-1.47x, 16 MiB 1.02-1.17x;
+ * unchanged data 1.24-1.60x at 2-16 MiB. */
 #define BCAST_CMA_MIN ((size_t)2 * 1024 * 1024)
 
 /* Single copy between 2 ranks that fit the CPUs also from BCAST_CMA_LOW up to
@@ -95,10 +106,8 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * 96-384 KiB 0.91-0.97x, 512 KiB 1.17-1.24x, 768 KiB 1.05x. OpenMPI's MPI_Bcast, which
  * reads the root's buf with CMA, took 0.70-0.92x the slots' time at 64-512 KiB with
  * unchanged data; single copy takes 0.48-0.63x MPI_Bcast's there (with new data
- * 0.54-0.59x, the slots 0.48-0.61x), so 512 KiB stays in. On that machine the slots
- * also beat the single copy from 1 MiB (new data 2-8 MiB 0.52-0.75x the time,
- * unchanged 0.76x; a tie at 16 MiB), the reverse of what BCAST_CMA_MIN was measured
- * with above; see CHANGELOG. */
+ * 0.54-0.59x, the slots 0.48-0.61x), so 512 KiB stays in. There kernel copies are
+ * slow (LS_KCOPY_SLOW), so this window holds wherever they are faster too. */
 #define BCAST_CMA_LOW ((size_t)64 * 1024)
 #define BCAST_CMA_HIGH ((size_t)512 * 1024)
 
@@ -282,9 +291,9 @@ static int single_copy_low(size_t bytes)
     return bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
 }
 
-static int single_copy_size(size_t bytes)
+static int single_copy_size(const lockstep_comm_t *c, size_t bytes)
 {
-    return single_copy_low(bytes) || bytes >= BCAST_CMA_MIN;
+    return single_copy_low(bytes) || (bytes >= BCAST_CMA_MIN && !ls_cma_slow(c));
 }
 
 static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
@@ -346,7 +355,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     post_recv(c, xfer, buf, bytes);
     /* only 2 ranks post for single copy; np is the same on every rank, so the others
      * need not count the posts after announcing */
-    int cma_try = np == 1 && c->cma && ls_fits(c) && single_copy_size(bytes);
+    int cma_try = np == 1 && c->cma && ls_fits(c) && single_copy_size(c, bytes);
     ls_cma_post(c, cma_try ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
@@ -455,7 +464,8 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     size_t cma_min = xfer == LOCKSTEP_PULL ? ALLGATHER_CMA_MIN
                      : ls_fits(c)          ? ALLGATHER_CMA_MIN_PUSH
                                            : ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED;
-    int cma_try = c->cma && (ls_fits(c) || xfer == LOCKSTEP_PUSH) && bytes >= cma_min;
+    int cma_try = c->cma && (ls_fits(c) || xfer == LOCKSTEP_PUSH) && bytes >= cma_min &&
+                  !(ls_cma_slow(c) && (xfer == LOCKSTEP_PULL || bytes > ALLGATHER_CMA_MAX_PUSH_SLOW));
     ls_cma_post(c, cma_try ? in : NULL, out);
     if ((rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;

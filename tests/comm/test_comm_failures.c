@@ -14,7 +14,7 @@
 
 #include "comm_harness.h"
 
-#define SEG_MAGIC 0x6c73636e /* comm_impl.h's LS_COMM_MAGIC */
+#define SEG_MAGIC 0x6c73636f /* comm_impl.h's LS_COMM_MAGIC */
 #include <sys/uio.h>
 
 /* LS_CMA_PIECE (src/comm/comm_impl.h): a single-copy write goes this much per check */
@@ -275,6 +275,104 @@ static int test_cma_drain(void)
     harness_run_clean(drain_body, 2, "drain", 60, 0);
     return 0;
 #endif
+}
+
+/* ---- kernel copies: rank 0 decides for every rank ------------------------------------ */
+
+/* 2 ranks, each with its own LOCKSTEP_KERNEL_COPY (NULL: unset) and LOCKSTEP_NO_CMA.
+ * Every rank reports rank 0's choice unless it cannot copy that way itself ("off");
+ * with the variable unset on rank 0 its measure, the same on both. */
+static const char *copy_env[2];
+static int copy_no_cma[2];
+
+static int copy_code(const char *s)
+{
+    return !s ? -1 : strcmp(s, "fast") == 0 ? 1 : strcmp(s, "slow") == 0 ? 2 : strcmp(s, "off") == 0 ? 3 : 0;
+}
+
+static int copy_body(int rank, int size, const char *job)
+{
+    if (copy_env[rank])
+        CHECK_EQ(setenv("LOCKSTEP_KERNEL_COPY", copy_env[rank], 1), 0);
+    else
+        CHECK_EQ(unsetenv("LOCKSTEP_KERNEL_COPY"), 0);
+    if (copy_no_cma[rank])
+        CHECK_EQ(setenv("LOCKSTEP_NO_CMA", "1", 1), 0);
+    else
+        CHECK_EQ(unsetenv("LOCKSTEP_NO_CMA"), 0);
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    if (!c)
+        return 1;
+    int mine = copy_code(lockstep_comm_kernel_copy(c)), theirs = -1;
+    CHECK(mine > 0);
+    /* each rank's answer to the other, through the communicator */
+    int32_t all[2] = {mine, mine};
+    CHECK_EQ(lockstep_comm_allgather(c, &all[rank], all, sizeof(int32_t), LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+    theirs = all[1 - rank];
+    lockstep_comm_free(c);
+    harness_page()->value[rank][2] = mine;
+    return theirs > 0 ? 0 : 1;
+}
+
+static void copy_case(const char *env0, const char *env1, int no_cma1, int want0, int want1)
+{
+    copy_env[0] = env0;
+    copy_env[1] = env1;
+    copy_no_cma[0] = 0;
+    copy_no_cma[1] = no_cma1;
+    harness_page()->value[0][2] = harness_page()->value[1][2] = 0;
+    harness_run_clean(copy_body, 2, "kcopy", 60, 0);
+    int64_t got0 = harness_page()->value[0][2], got1 = harness_page()->value[1][2];
+    if (want0) { /* a choice named: both say what it is */
+        CHECK_EQ(got0, want0);
+        CHECK_EQ(got1, want1);
+    } else { /* measured: fast or slow, the same on both */
+        CHECK(got0 == 1 || got0 == 2);
+        CHECK_EQ(got1, got0);
+    }
+}
+
+static void test_kernel_copy(void)
+{
+    errno = 0;
+    CHECK(lockstep_comm_kernel_copy(NULL) == NULL && errno == EINVAL);
+    /* rank 0's word holds on every rank, whatever the others' say */
+    copy_case("slow", "fast", 0, 2, 2);
+    copy_case("FAST", "slow", 0, 1, 1);
+    copy_case("slow", NULL, 0, 2, 2);
+    copy_case("auto", "slow", 0, 0, 0);
+    copy_case(NULL, NULL, 0, 0, 0);
+    /* a rank that cannot copy that way says so; rank 0's choice stands */
+    copy_case("fast", NULL, 1, 1, 3);
+    copy_case("slow", "fast", 1, 2, 3);
+
+    /* anything else is refused, with a message that names the variable and the value */
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    char job[96], msg[256];
+    harness_job(job, sizeof job, "kcopy-bad");
+    snprintf(p.job, sizeof p.job, "%s", job);
+    p.size = 2;
+    CHECK_EQ(setenv("LOCKSTEP_KERNEL_COPY", "quick", 1), 0);
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    CHECK(strstr(msg, "LOCKSTEP_KERNEL_COPY") != NULL && strstr(msg, "\"quick\"") != NULL);
+    errno = 0;
+    CHECK(lockstep_comm_create(&p) == NULL && errno == EINVAL);
+    CHECK_EQ(shm_entries_with(job), 0);
+    /* alone, nothing is measured: fast, unless this rank cannot */
+    CHECK_EQ(unsetenv("LOCKSTEP_KERNEL_COPY"), 0);
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), 0);
+    p.size = 1;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    CHECK_EQ(copy_code(lockstep_comm_kernel_copy(c)), 1);
+    lockstep_comm_free(c);
+    CHECK_EQ(setenv("LOCKSTEP_NO_CMA", "1", 1), 0);
+    c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    CHECK_EQ(copy_code(lockstep_comm_kernel_copy(c)), 3);
+    lockstep_comm_free(c);
+    CHECK_EQ(unsetenv("LOCKSTEP_NO_CMA"), 0);
+    CHECK_EQ(shm_entries_with(job), 0);
 }
 
 /* ---- deadline ----------------------------------------------------------------------- */
@@ -1355,6 +1453,9 @@ int main(int argc, char **argv)
     watchdog(300);
     const char *t = argc > 1 ? argv[1] : "";
     char job[96];
+    /* the single copies these cases kill or stall in, wherever kernel copies are slow */
+    if (strcmp(t, "peer_death") == 0 || strcmp(t, "cma_drain") == 0)
+        CHECK_EQ(setenv("LOCKSTEP_KERNEL_COPY", "fast", 1), 0);
     if (strcmp(t, "peer_death") == 0) {
         test_peer_death(1000, 0, 0);     /* small messages */
         kill_ranks = lockstep_cpus_available();
@@ -1414,8 +1515,10 @@ int main(int argc, char **argv)
         return test_pidns();
     } else if (strcmp(t, "freed") == 0) {
         test_freed();
+    } else if (strcmp(t, "kernel_copy") == 0) {
+        test_kernel_copy();
     } else {
-        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|refuse|rendezvous|env|cancel|race|leave|busy|fork|pidns|freed\n", argv[0]);
+        fprintf(stderr, "usage: %s peer_death|announced_death|cma_drain|timeout|mismatch|args|refuse|rendezvous|env|cancel|race|leave|busy|fork|pidns|freed|kernel_copy\n", argv[0]);
         return 1;
     }
     return 0;

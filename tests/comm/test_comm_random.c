@@ -572,6 +572,13 @@ static comm_t *make_comm(const struct setting *s, int gen, int rank, int size, c
         setenv("LOCKSTEP_NO_MEMBARRIER", "1", 1);
     else
         unsetenv("LOCKSTEP_NO_MEMBARRIER");
+    /* rank 0's choice of single copies holds for all (lockstep_comm_kernel_copy) */
+    static const char *const kernel_copy[] = {"fast", "slow", NULL};
+    const char *kc = kernel_copy[below(&r, 3)];
+    if (kc)
+        setenv("LOCKSTEP_KERNEL_COPY", kc, 1);
+    else
+        unsetenv("LOCKSTEP_KERNEL_COPY");
     *pool = NULL;
     if (s->pool) {
         lockstep_pool_params_t pp = lockstep_pool_params_default();

@@ -677,6 +677,33 @@ def test_tags_tell_calls_apart():
     assert run_ranks(tag_body, 2, timeout=60) == {0: True, 1: True}
 
 
+def kernel_copy_body(rank, size, job):
+    """Rank 0's LOCKSTEP_KERNEL_COPY holds for every rank; a large allreduce by either
+    way gives the same sums."""
+    os.environ["LOCKSTEP_KERNEL_COPY"] = ("slow", "fast")[rank]
+    os.environ.pop("LOCKSTEP_NO_CMA", None)
+    with lockstep.Comm(job, rank, size, timeout=20) as c:
+        got = c.kernel_copy
+        x = np.full(1 << 18, rank + 1, np.float32)  # 1 MiB
+        c.allreduce(x)
+        assert (x == 3).all()
+    return got
+
+
+def test_kernel_copy_is_rank_0s(monkeypatch):
+    assert run_ranks(kernel_copy_body, 2, timeout=60) == {0: "slow", 1: "slow"}
+    monkeypatch.setenv("LOCKSTEP_KERNEL_COPY", "medium")
+    with pytest.raises(ValueError, match=r'LOCKSTEP_KERNEL_COPY must be fast, slow, auto or unset \(got "medium"\)'):
+        lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1)
+    monkeypatch.setenv("LOCKSTEP_KERNEL_COPY", "auto")
+    monkeypatch.delenv("LOCKSTEP_NO_CMA", raising=False)
+    with lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1) as c:
+        assert c.kernel_copy == "fast"  # alone: nothing to measure
+    monkeypatch.setenv("LOCKSTEP_NO_CMA", "1")
+    with lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1) as c:
+        assert c.kernel_copy == "off"
+
+
 def refuse_body(rank, size, job):
     """Rank 1 passes a bad argument to each kind of call, the others good ones: rank 1
     raises what to fix, the others PeerArgumentError at once (the deadline, 60 s, is

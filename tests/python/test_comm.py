@@ -1039,13 +1039,14 @@ def test_joining_errors_say_what_to_fix():
     assert list(sums.values()) == [0x111] * 3
     for c in made.values():
         c.close()
-    # a rank 0 of another lockstep build: its header's protocol byte differs
+    # a rank 0 of another lockstep build: its header's protocol byte differs (0, which
+    # no build uses; the C test takes this build's plus one)
     import struct
     path = f"/dev/shm/lockstep-{job}-old"
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
-        os.write(fd, struct.pack("<IIiI", 0x6c73636f, 2, os.getpid(), ns) + bytes(4080))
+        os.write(fd, struct.pack("<IIiI", 0x6c736300, 2, os.getpid(), ns) + bytes(4080))
         with pytest.raises(lockstep.CommError, match=f"cannot join the job '{job}-old': its rank 0 runs another "
                                                      "version of lockstep, whose shared memory this one cannot "
                                                      "read; run every rank with the same build"):

@@ -62,6 +62,7 @@ allreduce and the host's broadcast, so every rank still gets the same bits, but 
 bf16 sums are rounded on both levels, and errors between hosts are gloo's. comm(group)
 is then this host's Comm, with this host's ranks.
 """
+import contextlib
 import os
 import socket
 import uuid
@@ -178,6 +179,27 @@ class LockstepGroup(dist.ProcessGroup):
         if not t.is_cpu:
             raise self._invalid(_not_cpu(t))
         return t
+
+    # Collectives made of several Comm calls tag each call with its step (Comm.tag), an
+    # outer collective's step in the high 4 bits where they nest (_Hosts' transfers
+    # inside them): a rank at another step, or in another collective whose Comm call
+    # merely looks the same, then makes the call raise MismatchError on every rank
+    # instead of pairing with it. Single-call collectives keep tag 0.
+    _SPLITS, _SPLIT_BLOCKS, _SIZES, _PADDED = 1, 2, 3, 4  # all_to_all with splits, uneven all_gather
+    _HOST_STEPS = {"all_reduce": (5, 6), "all_gather": (7, 8), "broadcast": (9, 10), "barrier": (11, 12)}
+    _tag_now = 0
+
+    @contextlib.contextmanager
+    def _step(self, step):
+        before = self._tag_now
+        self._tag_now = (before << 4 | step) & 0xff
+        self.comm.tag(self._tag_now)
+        try:
+            yield
+        finally:
+            self._tag_now = before
+            if not self.comm.closed:  # (aborted meanwhile: nothing to put back)
+                self.comm.tag(before)
 
     # The four transfers everything below is made of; _Hosts replaces them across hosts.
     def _allreduce(self, t, name):
@@ -323,7 +345,8 @@ class LockstepGroup(dist.ProcessGroup):
         ranks disagree (and the group stays usable), then blocks padded to the largest"""
         inp = self._cpu(inp).contiguous()
         sizes = torch.tensor([inp.numel()] + [out.numel() for out in outs], dtype=torch.int64)
-        every = self._allgather(sizes)  # (n, n + 1): each rank's input size and output sizes
+        with self._step(self._SIZES):
+            every = self._allgather(sizes)  # (n, n + 1): each rank's input size and output sizes
         outs_sizes = every[:, 1:]
         if not (torch.equal(outs_sizes, outs_sizes[:1].expand_as(outs_sizes)) and
                 torch.equal(every[:, 0], outs_sizes[0])):
@@ -332,7 +355,8 @@ class LockstepGroup(dist.ProcessGroup):
                              f"{[row.tolist() for row in outs_sizes]}")
         block = torch.zeros(int(outs_sizes[0].max()), dtype=inp.dtype)
         block[:inp.numel()] = inp.reshape(-1)
-        got = self._allgather(block)  # (n, largest)
+        with self._step(self._PADDED):
+            got = self._allgather(block)  # (n, largest)
         for r, out in enumerate(outs):
             out.copy_(got[r, :out.numel()].view(out.shape))
 
@@ -396,7 +420,8 @@ class LockstepGroup(dist.ProcessGroup):
         same ValueError on every rank unless each send matches its receiver's expectation"""
         n = self._n
         sizes = torch.tensor([t.numel() for t in ins] + [t.numel() for t in outs], dtype=torch.int64)
-        every = self._allgather(sizes)  # (n, 2n): what each rank sends, and expects
+        with self._step(self._SPLITS):
+            every = self._allgather(sizes)  # (n, 2n): what each rank sends, and expects
         if not torch.equal(every[:, :n], every[:, n:].t()):  # the same verdict on every rank
             raise ValueError("all_to_all: the ranks' split sizes disagree (what rank r sends to rank k must be "
                              "what rank k expects from rank r)")
@@ -411,7 +436,8 @@ class LockstepGroup(dist.ProcessGroup):
         for k, t in enumerate(ins):
             send[k, :t.numel()] = t
         recv = torch.empty((n, m), dtype=torch.uint8)
-        self.comm.alltoall(send, recv)
+        with self._step(self._SPLIT_BLOCKS):
+            self.comm.alltoall(send, recv)
         for k, t in enumerate(outs):
             t.copy_(recv[k, :t.numel()])
 
@@ -529,15 +555,20 @@ class _Hosts(LockstepGroup):
             t.copy_(part)
 
     def _allreduce(self, t, name):
-        self.comm.allreduce(t, name)
+        first, last = self._HOST_STEPS["all_reduce"]
+        with self._step(first):
+            self.comm.allreduce(t, name)
         if self._gloo is not None:
             o = dist.AllreduceOptions()
             o.reduceOp = _GLOO_OPS[name]
             self._gloo.allreduce([t], o).wait()
-        self.comm.broadcast(t, 0)
+        with self._step(last):
+            self.comm.broadcast(t, 0)
 
     def _allgather(self, inp, out=None):
-        mine = self.comm.allgather(inp)  # this host's ranks, in rank order
+        first, last = self._HOST_STEPS["all_gather"]
+        with self._step(first):
+            mine = self.comm.allgather(inp)  # this host's ranks, in rank order
         every = torch.empty((self._n,) + tuple(inp.shape), dtype=inp.dtype) if out is None else out.view(
             (self._n,) + tuple(inp.shape))
         if self._gloo is not None:  # hosts may hold different numbers of ranks: pad to the most
@@ -549,25 +580,32 @@ class _Hosts(LockstepGroup):
             for h, ranks in enumerate(self._local):
                 for k, r in enumerate(ranks):
                     every[r] = blocks[h][k]
-        self.comm.broadcast(every, 0)
+        with self._step(last):
+            self.comm.broadcast(every, 0)
         return every if out is None else out
 
     def _broadcast(self, t, root):
         h = self._host_of[root]
+        first, last = self._HOST_STEPS["broadcast"]
         if self._host_of[self._me] == h:
-            self.comm.broadcast(t, self._local[h].index(root))
+            with self._step(first):
+                self.comm.broadcast(t, self._local[h].index(root))
         if self._gloo is not None:
             o = dist.BroadcastOptions()
             o.rootRank = h
             self._gloo.broadcast([_bytes(t)], o).wait()
         if self._host_of[self._me] != h:
-            self.comm.broadcast(t, 0)
+            with self._step(last):
+                self.comm.broadcast(t, 0)
 
     def _barrier(self):
-        self.comm.barrier()
+        first, last = self._HOST_STEPS["barrier"]
+        with self._step(first):
+            self.comm.barrier()
         if self._gloo is not None:
             self._gloo.barrier().wait()
-        self.comm.barrier()
+        with self._step(last):
+            self.comm.barrier()
 
     def shutdown(self):
         super().shutdown()

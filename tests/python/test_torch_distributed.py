@@ -343,6 +343,37 @@ def test_subgroups_errors_and_the_comm(tmp_path):
     assert not segments()
 
 
+def test_the_calls_of_a_collective_made_of_several_are_told_apart(tmp_path):
+    """all_to_all with split sizes and all_gather into outputs of different sizes make
+    several Comm calls, the first an all_gather of int64 sizes; a rank in a plain
+    all_gather of just those bytes meanwhile raises MismatchError, as the other rank
+    does, instead of taking the sizes for its result (each case in a group of its own:
+    a mismatch ends its group)"""
+    def fn(rank, size):
+        import lockstep
+        n = size
+        cases = [  # (rank 0's collective, rank 1's, which looks like rank 0's first call)
+            (lambda g: dist.all_to_all_single(torch.empty(n), torch.ones(n), [1] * n, [1] * n, group=g),
+             lambda g: dist.all_gather_into_tensor(torch.empty(n * 2 * n, dtype=torch.int64),
+                                                   torch.zeros(2 * n, dtype=torch.int64), group=g)),
+            (lambda g: dist.all_gather([torch.empty(1), torch.empty(2)], torch.ones(1 + rank), group=g),
+             lambda g: dist.all_gather_into_tensor(torch.empty(n * (n + 1), dtype=torch.int64),
+                                                   torch.zeros(n + 1, dtype=torch.int64), group=g)),
+        ]
+        for mine in cases:
+            g = dist.new_group()
+            with pytest.raises(lockstep.MismatchError):
+                mine[rank](g)
+            dist.destroy_process_group(g)
+        t = torch.ones(3)
+        dist.all_reduce(t)  # the default group goes on
+        assert t.tolist() == [2.0] * 3
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path, timeout=30), 2) == {0: True, 1: True}
+    assert not segments()
+
+
 def test_bad_arguments_on_one_rank_end_the_collective_on_every_rank(tmp_path):
     """rank 1's arguments are wrong (the back end's own checks), the others' right: rank 1
     raises ValueError, the others PeerArgumentError at once (the group's timeout, 120 s,

@@ -5,6 +5,8 @@ the graph instead of breaking it.
     handle = lt.register(comm)                       # once per communicator
     torch.ops.lockstep.all_reduce_(tensor, handle, "sum")    # in place
     torch.ops.lockstep.broadcast_(tensor, handle, 0)         # in place, from rank 0
+    out = torch.ops.lockstep.all_reduce(tensor, handle, "sum")  # the same, into a new tensor
+    out = torch.ops.lockstep.broadcast(tensor, handle, 0)       # the same, into a new tensor
     out = torch.ops.lockstep.all_gather(tensor, handle, -1)  # a new tensor: every rank's
                                                              # tensor, concatenated along
                                                              # that dim (as torch.cat)
@@ -29,19 +31,23 @@ into it). Their fake (meta) implementations only give the
 output's shape, which is all tracing needs. They have no backward: on a tensor that
 requires grad, call them under torch.no_grad() or torch.inference_mode().
 
-For autograd, all_gather_autograd, reduce_scatter_autograd and all_to_all_autograd
-take the same arguments and give the same results, with a backward: the gradient of
-the sum over ranks of each rank's loss, as torch's autograd functional collectives
-give it. all_gather's is the reduce_scatter (sum) of the output's gradient along the
-same dim, reduce_scatter's the all_gather of it, all_to_all's an all_to_all with
-scatter_dim and gather_dim swapped, each itself differentiable. Every rank must then
-run its backward (the backward's collectives meet in the same order on every rank).
-reduce_scatter_autograd with max or min has no gradient: on a tensor that requires
-grad (grad enabled), it raises RuntimeError on every rank once its transfer is done,
-so the ranks stay in step. They are separate ops because torch's Python autograd
+For autograd, all_reduce_autograd, broadcast_autograd, all_gather_autograd,
+reduce_scatter_autograd and all_to_all_autograd take the same arguments as the ops
+without the suffix and give the same results, with a backward: the gradient of the
+sum over ranks of each rank's loss, as torch's autograd functional collectives give
+it. all_reduce's (sum) is the all_reduce of the output's gradient; broadcast's the
+same on the root and zeros elsewhere (every rank takes part in that all_reduce);
+all_gather's the reduce_scatter (sum) of it along the same dim, reduce_scatter's the
+all_gather of it, all_to_all's an all_to_all with scatter_dim and gather_dim swapped,
+each itself differentiable. Every rank must then run its backward (the backward's
+collectives meet in the same order on every rank). all_reduce_autograd and
+reduce_scatter_autograd with max or min have no gradient: on a tensor that requires
+grad (grad enabled), they raise RuntimeError on every rank once their transfer is
+done, so the ranks stay in step. They are separate ops because torch's Python autograd
 layer costs about 3.5 us per eager call outside torch.inference_mode(), which
 inference should not pay. all_reduce_ and broadcast_ change their tensor in place,
-which torch's custom ops cannot give a backward for.
+which torch's custom ops cannot give a backward for; all_reduce and broadcast copy
+the tensor first and have the autograd variants.
 
 The op is defined through torch.library.Library (a schema and one kernel) rather than
 the torch.library.custom_op decorator, whose Python autograd and view-tracking layers
@@ -88,8 +94,7 @@ def _refusing(comm, check, *args):
 
 def _no_grad(comm, tensor, name):
     if tensor.requires_grad and torch.is_grad_enabled():
-        also = (f" (torch.ops.lockstep.{name}_autograd has one)"
-                if name in ("all_gather", "reduce_scatter", "all_to_all") else "")
+        also = f" (torch.ops.lockstep.{name.rstrip('_')}_autograd has one)"
         comm._refused()  # as _refusing does; here the check costs no call of its own
         raise RuntimeError(f"torch.ops.lockstep.{name} has no backward{also}: call it under torch.no_grad() "
                            "or torch.inference_mode(), or on a tensor that does not require grad")
@@ -121,6 +126,22 @@ def broadcast_(tensor, handle, root=0):
     else:
         tensor.copy_(comm.broadcast(tensor.contiguous(), root))
     _bump((tensor,))
+
+
+def all_reduce(tensor, handle, op="sum"):
+    """all_reduce_ into a new contiguous tensor; tensor stays as it was"""
+    comm = _comm(handle)
+    _no_grad(comm, tensor, "all_reduce")
+    return comm.allreduce(tensor.clone(memory_format=torch.contiguous_format), op)
+
+
+def broadcast(tensor, handle, root=0):
+    """broadcast_ into a new contiguous tensor: the root's tensor, on every rank"""
+    comm = _comm(handle)
+    _no_grad(comm, tensor, "broadcast")
+    out = tensor.clone(memory_format=torch.contiguous_format) if comm.rank == root else torch.empty(
+        tensor.shape, dtype=tensor.dtype)
+    return comm.broadcast(out, root)
 
 
 def _dim(tensor, dim, op, name="dim"):
@@ -198,6 +219,10 @@ def _fake_in_place(tensor, handle, arg=None):
     return None
 
 
+def _fake_same(tensor, handle, arg=None):
+    return tensor.new_empty(tensor.shape)
+
+
 def _fake_gather(tensor, handle, dim=0):
     shape, _ = _gather_shape(tensor, _comm(handle).size, dim)
     return tensor.new_empty(shape)
@@ -233,9 +258,25 @@ def _setup_reduce_scatter(ctx, inputs, output):
                            f"'sum' has): call it under torch.no_grad() or on a tensor that does not require grad")
 
 
+def _setup_all_reduce(ctx, inputs, output):
+    ctx.handle, ctx.op = inputs[1], inputs[2]
+    if ctx.op != "sum":
+        raise RuntimeError(f"torch.ops.lockstep.all_reduce_autograd with op {ctx.op!r} has no gradient (only 'sum' "
+                           f"has): call it under torch.no_grad() or on a tensor that does not require grad")
+
+
 def _rest(ctx):
     """no gradient for the arguments after the tensor"""
     return (None,) * (len(ctx.needs_input_grad) - 1)
+
+
+def _all_reduce_backward(ctx, grad):
+    return (torch.ops.lockstep.all_reduce_autograd(grad, ctx.handle, "sum"),) + _rest(ctx)
+
+
+def _broadcast_backward(ctx, grad):
+    total = torch.ops.lockstep.all_reduce_autograd(grad, ctx.handle, "sum")  # on every rank
+    return (total if _comm(ctx.handle).rank == ctx.root else torch.zeros_like(total),) + _rest(ctx)
 
 
 def _all_gather_backward(ctx, grad):
@@ -253,6 +294,8 @@ def _all_to_all_backward(ctx, grad):
 _SCHEMAS = {
     "all_reduce_": "(Tensor(a!) tensor, int handle, str op='sum') -> ()",
     "broadcast_": "(Tensor(a!) tensor, int handle, int root=0) -> ()",
+    "all_reduce": "(Tensor tensor, int handle, str op='sum') -> Tensor",
+    "broadcast": "(Tensor tensor, int handle, int root=0) -> Tensor",
     "all_gather": "(Tensor tensor, int handle, int dim=0) -> Tensor",
     "reduce_scatter": "(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor",
     "all_to_all": "(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor",
@@ -263,6 +306,8 @@ _lib = torch.library.Library("lockstep", "DEF")
 # setup_context. The kernels run below torch's autograd layer, where grad mode is off,
 # so _no_grad lets the variants through.
 _OPS = (("all_reduce_", all_reduce_, _fake_in_place, None), ("broadcast_", broadcast_, _fake_in_place, None),
+        ("all_reduce", all_reduce, _fake_same, (_all_reduce_backward, _setup_all_reduce)),
+        ("broadcast", broadcast, _fake_same, (_broadcast_backward, _keep(("handle", "root")))),
         ("all_gather", all_gather, _fake_gather, (_all_gather_backward, _keep(("handle", "dim")))),
         ("reduce_scatter", reduce_scatter, _fake_reduce_scatter, (_reduce_scatter_backward, _setup_reduce_scatter)),
         ("all_to_all", all_to_all, _fake_all_to_all,

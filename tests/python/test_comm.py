@@ -1534,6 +1534,27 @@ def test_torch_autograd_ops_give_the_gradient_of_every_ranks_loss():
                 q = y.shape[gd] // size
                 want = torch.cat([weights(r, y.shape).narrow(gd, rank * q, q) for r in range(size)], sd)
                 assert torch.equal(g, want), (sd, gd, g, want)
+            x = torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1)
+            for src in (x, x.t()):  # all_reduce: every rank's weights, summed; any layout
+                y, g = grad_of(ops.all_reduce_autograd, src, "sum")
+                assert torch.equal(y.detach(), ops.all_reduce(src, h, "sum"))
+                assert torch.equal(y.detach(), src / (rank + 1) * (size * (size + 1) // 2)) and y.is_contiguous()
+                assert torch.equal(g, sum(weights(k, y.shape) for k in range(size))), g
+            assert torch.equal(x, torch.arange(12, dtype=torch.float32).reshape(3, 4) * (rank + 1))  # untouched
+            for root in range(size):  # broadcast: the root gets every rank's weights, the others none
+                y, g = grad_of(ops.broadcast_autograd, x, root)
+                assert torch.equal(y.detach(), x / (rank + 1) * (root + 1))
+                want = sum(weights(k, y.shape) for k in range(size)) if rank == root else torch.zeros(3, 4)
+                assert torch.equal(g, want), (root, g)
+            with pytest.raises(RuntimeError, match="all_reduce_autograd with op 'max' has no gradient"):
+                ops.all_reduce_autograd(torch.ones(2, requires_grad=True), h, "max")  # on every rank, after it
+            with torch.no_grad():
+                assert ops.all_reduce_autograd(torch.full((2,), float(rank)), h, "max").tolist() == [size - 1.0] * 2
+            with pytest.raises(RuntimeError, match="broadcast_autograd has one"):
+                ops.broadcast(torch.ones(2, requires_grad=True), h)
+            with pytest.raises(RuntimeError, match="all_reduce_autograd has one"):
+                ops.all_reduce_(torch.ones(2, requires_grad=True) * 2, h)
+            assert ops.all_reduce(torch.empty(2, 3, device="meta"), h).shape == (2, 3)  # the fake
             # twice differentiable: the backward is made of the same ops
             x = torch.arange(3, dtype=torch.float32).requires_grad_()
             y = ops.all_gather_autograd(x, h)
@@ -1567,19 +1588,23 @@ def test_torch_custom_op_stays_in_the_compiled_graph():
             torch.ops.lockstep.broadcast_(y, h, 0)
             z = torch.ops.lockstep.all_gather(y.reshape(2, 4), h, 1)
             z = torch.ops.lockstep.reduce_scatter(z, h, "sum", 1)
+            z = torch.ops.lockstep.broadcast(torch.ops.lockstep.all_reduce(z, h, "max"), h, 0)
             return torch.ops.lockstep.all_to_all(z, h, 0, 1) + 1
 
         out, targets = compile_capturing(f, torch.ones(8))
         assert out.shape == (2, 4) and out.flatten().tolist() == [3.0] * 8
-        for name in ("all_reduce_", "broadcast_", "all_gather", "reduce_scatter", "all_to_all"):
-            assert any("lockstep." + name in t for t in targets), (name, targets)
+        for name in ("all_reduce_", "broadcast_", "all_gather", "reduce_scatter", "all_to_all", "all_reduce",
+                     "broadcast"):  # by whole name: all_reduce is not all_reduce_
+            assert any(t.split(".")[:2] == ["lockstep", name] for t in targets), (name, targets)
         # the autograd variants too, forward and backward, through dynamo and through
         # AOTAutograd's traced backward
         def loss(x):
-            return (torch.ops.lockstep.all_gather_autograd(x * 2, h, 0) ** 2).sum()
+            y = torch.ops.lockstep.broadcast_autograd(torch.ops.lockstep.all_reduce_autograd(x, h, "sum"), h, 0)
+            return (torch.ops.lockstep.all_gather_autograd(y * 2, h, 0) ** 2).sum()
         x = torch.arange(4, dtype=torch.float32, requires_grad=True)
         out, targets = compile_capturing(loss, x)
-        assert any("lockstep.all_gather_autograd" in t for t in targets), targets
+        for name in ("all_gather_autograd", "all_reduce_autograd", "broadcast_autograd"):
+            assert any("lockstep." + name in t for t in targets), (name, targets)
         out.backward()
         assert x.grad.tolist() == [0.0, 8.0, 16.0, 24.0]  # d/dx (2x)^2 on one rank
         x.grad = None

@@ -38,17 +38,6 @@
 #define AUTO_SMALL_FITS ((size_t)32 * 1024) /* at 2 ranks; divided by size - 1 */
 #define AUTO_SMALL_FITS_MIN ((size_t)512)
 #define AUTO_SMALL_OVERSUBSCRIBED ((size_t)8 * 1024)
-/* Ranks outnumbering the CPUs where kernel copies are slow (cma.c): all-to-alls of
- * blocks of LS_CMA_MIN or more, which would go by single copy, take the small path up
- * to this total instead: two memcpys and one synchronisation against the kernel's
- * slower copy. AMD EPYC with 2 vCPUs (kernel copies 3.7-4.1x memcpy's time), against
- * single copy in the same processes (median of 7-9 alternating batches), new data
- * before every call: 3 ranks, blocks of 32-80 KiB 0.81-0.92x the time; 4 ranks, 32-64
- * KiB 0.67-0.79x (same data 0.67-0.79x); 8 ranks, 32 KiB 0.50-0.51x. Smaller blocks
- * keep the chunked slots, which the small path did not beat (4 ranks, 8-16 KiB blocks:
- * 1.03-1.08x the time; 8 ranks, 8-16 KiB 0.99-1.05x, 4 KiB 0.94-0.95x). Not measured
- * past 256 KiB. */
-#define ALLTOALL_SMALL_SLOW ((size_t)256 * 1024)
 #define SLICE_NS (10ull * 1000 * 1000) /* liveness is checked this often while waiting */
 
 
@@ -888,8 +877,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     size_t x_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
                      : oversubscribed         ? AUTO_SMALL_OVERSUBSCRIBED
                                               : AUTO_SMALL_FITS_MIN;
-    want.exchange_small = (uint32_t)(x_small < p->small_bytes ? x_small : p->small_bytes); /* <= SLOT_MAX */
-    want.alltoall_small = want.exchange_small; /* rank 0 may raise it, below */
+    want.exchange_small = x_small < p->small_bytes ? x_small : p->small_bytes;
     want.chunk_bytes = p->chunk_bytes;
     size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
     want.off_barrier = 2 * LS_LINE;
@@ -1006,9 +994,6 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     if (p->rank == 0) {
         memcpy(c->hdr, &want, sizeof want);
         c->hdr->kernel_copy = p->size > 1 ? ls_kernel_copy_measure() : LS_KCOPY_FAST;
-        if (oversubscribed && !p->allreduce_small_bytes && c->hdr->kernel_copy == LS_KCOPY_SLOW)
-            c->hdr->alltoall_small =
-                (uint32_t)(p->small_bytes < ALLTOALL_SMALL_SLOW ? p->small_bytes : ALLTOALL_SMALL_SLOW);
         c->hdr->creator_pid = (int32_t)getpid();
         c->hdr->creator_ns = c->pid_ns;
         lockstep_barrier_params_t bp = lockstep_barrier_params_default();

@@ -38,10 +38,9 @@
  * LS_PROTOCOL with every change of the segment's layout or of the protocol on it: a
  * rank of another build then refuses to join (EPROTO) instead of misreading the
  * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own;
- * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts;
- * 0x70: alltoall_small in the header. */
+ * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x70u
+#define LS_PROTOCOL 0x6fu
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -66,9 +65,7 @@ typedef struct ls_seg_hdr {
     uint64_t off_barrier, off_ctl, off_data, total;
     uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */
     uint64_t eager_bytes, eager_stride; /* eager broadcasts (eager.c): largest payload, entry size */
-    uint32_t exchange_small; /* a reduce-scatter or all-to-all up to this total takes the small path */
-    uint32_t alltoall_small; /* and an all-to-all of blocks of LS_CMA_MIN or more up to this total
-                                (comm.c: ALLTOALL_SMALL_SLOW) */
+    uint64_t exchange_small; /* a reduce-scatter or all-to-all up to this total takes the small path */
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 

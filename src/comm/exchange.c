@@ -9,9 +9,7 @@
  * Tiny (all of send within LS_INLINE_BYTES): send rides in the announcement, as the
  * tiny allreduce's payload. Small (all of send within exchange_small: the
  * allreduce's switch when the caller set one, else 512 B while ranks fit the CPUs and
- * 8 KiB when they outnumber them; and all-to-alls of blocks of LS_CMA_MIN or more
- * within alltoall_small, up to 256 KiB when ranks outnumber the CPUs and kernel
- * copies are slow; see create in comm.c): copy all of send into
+ * 8 KiB when they outnumber them; see create in comm.c): copy all of send into
  * small[s & 1] before announcing; then finish block `rank` of every rank's slot, my
  * own block from send. One synchronisation, as the small allreduce.
  *
@@ -113,8 +111,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
      * line, which each peer would fetch. 2 ranks, 64 and 256 B blocks: 0.76-0.81x the
      * time; 4 ranks, 64 B-2 KiB blocks: 0.84-0.90x (median of 15 and 9 paired batches;
      * the other order: 1.35-1.44x) */
-    int small = total <= c->hdr->exchange_small ||
-                (alltoall && bytes >= LS_CMA_MIN && total <= c->hdr->alltoall_small);
+    int small = total <= c->hdr->exchange_small;
     int slow = ls_cma_slow(c);
     int cma_try = alltoall && !small && bytes >= (ls_fits(c) && !slow ? LS_CMA_MIN_FITS : LS_CMA_MIN) &&
                   !(slow && bytes > LS_CMA_MAX_SLOW) && !zc_mine && c->cma; /* no copy in, then */

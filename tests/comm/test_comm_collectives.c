@@ -269,8 +269,9 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
                     free(ref);
                 }
     /* all-to-all: privately, in the buffer (zero-copy from 1 KiB blocks), mixed; block
-     * sizes on every path, 300001 chunked, odd */
-    static const size_t blocks[] = {0, 1, 13, 25, 100, 4097, 70001, 300001};
+     * sizes on every path, 300001 chunked, odd; 32768 and 40001 at single copy's lower
+     * edge where ranks outnumber the CPUs (LS_CMA_MIN) */
+    static const size_t blocks[] = {0, 1, 13, 25, 100, 4097, 32768, 40001, 70001, 300001};
     for (unsigned bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
         for (int mode = 0; mode < 3; mode++) {
             size_t bb = blocks[bi], total = bb * (size_t)size;

@@ -84,7 +84,6 @@ uint32_t ls_kernel_copy_measure(void)
 void ls_comm_cma_init(lockstep_comm_t *c)
 {
     c->cma = !ls_env_set("LOCKSTEP_NO_CMA");
-    c->cma_slow = c->hdr->kernel_copy == LS_KCOPY_SLOW;
     size_t at = (size_t)((char *)&ls_ctl(c, 0)->own.pid - c->base);
     for (int r = 0; c->cma && r < c->size; r++) {
         if (r == c->rank)

@@ -111,7 +111,7 @@ const char *lockstep_comm_kernel_copy(const lockstep_comm_t *c)
         errno = EINVAL;
         return NULL;
     }
-    return !c->cma ? "off" : c->cma_slow ? "slow" : "fast";
+    return !c->cma ? "off" : c->hdr->kernel_copy == LS_KCOPY_SLOW ? "slow" : "fast";
 }
 
 /* ---- environment ------------------------------------------------------------------ */

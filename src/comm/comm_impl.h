@@ -53,6 +53,9 @@ static inline int ls_is_segment(uint32_t magic)
 enum ls_call { LS_CALL_ALLREDUCE = 1, LS_CALL_BROADCAST, LS_CALL_ALLGATHER, LS_CALL_BARRIER, LS_CALL_REDUCE_SCATTER,
               LS_CALL_ALLTOALL, LS_CALL_REFUSED /* ls_comm_refuse: this rank's arguments were invalid */ };
 
+/* the header's kernel_copy (see LS_KCOPY_SLOW_RATIO) */
+enum { LS_KCOPY_FAST = 1, LS_KCOPY_SLOW = 2 };
+
 typedef struct ls_seg_hdr {
     uint32_t magic, size;
     int32_t creator_pid;
@@ -170,7 +173,6 @@ struct lockstep_comm {
     uint32_t run_start;                /* eager.c: the first of the eager calls in a row */
     int in_eager;                      /* in an eager broadcast or settling after them */
     int cma;                           /* this rank can read every peer's memory (cma.c) */
-    int cma_slow;                      /* the header's kernel_copy is LS_KCOPY_SLOW */
     unsigned per_cpu;                  /* ranks (or cpu_sharers) per CPU, rounded up, as
                                           this rank saw at create: 1 while they fit */
     uint32_t spread_wait;              /* spread.c: calls from the next check to the one
@@ -240,7 +242,7 @@ static inline int ls_fits(const lockstep_comm_t *c)
  * machine (see each collective's limits) */
 static inline int ls_cma_slow(const lockstep_comm_t *c)
 {
-    return c->cma_slow && ls_fits(c);
+    return c->hdr->kernel_copy == LS_KCOPY_SLOW && ls_fits(c);
 }
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -367,7 +369,6 @@ int ls_zc_count(const lockstep_comm_t *c);
  * decides instead, on rank 0. The machines where single copies were first measured
  * won with them; a later one (AMD EPYC, 2 vCPUs) measured 3.6-4.0x at 256 KiB to 4
  * MiB, in cache, and single copies lost to the slots there past the limits below. */
-enum { LS_KCOPY_FAST = 1, LS_KCOPY_SLOW = 2 };
 #define LS_KCOPY_SLOW_RATIO 2
 /* LOCKSTEP_KERNEL_COPY as LS_KCOPY_FAST or LS_KCOPY_SLOW, 0 unset, empty or auto, -1
  * (and *bad = the value) for anything else */

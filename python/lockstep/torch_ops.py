@@ -251,18 +251,24 @@ def _keep(names):
 _keep_reduce_scatter = _keep(("handle", "op", "dim"))
 
 
+def _sum_only(ctx, name):
+    """setup_context's check for the reductions: only 'sum' has a gradient"""
+    if ctx.op != "sum":
+        raise RuntimeError(f"torch.ops.lockstep.{name}_autograd with op {ctx.op!r} has no gradient (only 'sum' "
+                           f"has): call it under torch.no_grad() or on a tensor that does not require grad")
+
+
 def _setup_reduce_scatter(ctx, inputs, output):
     _keep_reduce_scatter(ctx, inputs, output)
-    if ctx.op != "sum":
-        raise RuntimeError(f"torch.ops.lockstep.reduce_scatter_autograd with op {ctx.op!r} has no gradient (only "
-                           f"'sum' has): call it under torch.no_grad() or on a tensor that does not require grad")
+    _sum_only(ctx, "reduce_scatter")
+
+
+_keep_all_reduce = _keep(("handle", "op"))
 
 
 def _setup_all_reduce(ctx, inputs, output):
-    ctx.handle, ctx.op = inputs[1], inputs[2]
-    if ctx.op != "sum":
-        raise RuntimeError(f"torch.ops.lockstep.all_reduce_autograd with op {ctx.op!r} has no gradient (only 'sum' "
-                           f"has): call it under torch.no_grad() or on a tensor that does not require grad")
+    _keep_all_reduce(ctx, inputs, output)
+    _sum_only(ctx, "all_reduce")
 
 
 def _rest(ctx):

@@ -244,7 +244,11 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
  * against memcpy at create, and where it takes more than twice as long ("slow"), ranks
  * that fit the CPUs use single copies only where they still won on such a machine
  * (all-to-all blocks of 32-160 KiB, PUSH allgather blocks up to 384 KiB, 2-rank
- * broadcasts of 64-512 KiB), and the slots elsewhere. LOCKSTEP_KERNEL_COPY=fast or slow
+ * broadcasts of 64-512 KiB), and the slots elsewhere, except in allreduces from 256
+ * KiB (512 KiB for f16 and bf16): there rank 0 times both ways as the job runs and
+ * takes the cheaper, per size class, looking at the other way now and then, because
+ * which wins can change while a job runs (on a VM whose host moved its vCPUs apart,
+ * the slots took 2.4-4.7x their usual time). LOCKSTEP_KERNEL_COPY=fast or slow
  * on rank 0 skips the measure and decides (auto or unset: measure; anything else:
  * lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why). NULL
  * with errno EINVAL for a NULL comm. */

@@ -118,10 +118,18 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * tied at 256 KiB and won from 384 KiB.
  * With more ranks than CPUs it lost (4 ranks on 2, unchanged data: 128 KiB 1.45-1.6x,
  * 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB 1.21x; only 4 MiB won, 0.93x).
- * Not where kernel copies are slow (ls_cma_slow): on a later machine that also showed
- * itself as AMD EPYC with 2 vCPUs, but whose process_vm_readv took 3.6-4x memcpy's
- * time, 2 ranks, f32, new data: 256 KiB 1.58x, 512 KiB 2.00x, 1 MiB 1.91x, 4-16 MiB
- * 1.65-1.68x; unchanged data 1.03x at 256 KiB, 1.88-2.07x at 1-4 MiB. */
+ * Where kernel copies are slow (ls_cma_slow) it usually loses: on a later machine that
+ * also showed itself as AMD EPYC with 2 vCPUs, but whose process_vm_readv took 3.6-4x
+ * memcpy's time, 2 ranks, f32, new data: 256 KiB 1.58x, 512 KiB 2.00x, 1 MiB 1.91x,
+ * 4-16 MiB 1.65-1.68x; unchanged data 1.03x at 256 KiB, 1.88-2.07x at 1-4 MiB. But
+ * on the same machine, in stretches where its host had moved the vCPUs apart, the
+ * slots took 2.4-4.7x their usual time and single copy won by 2.1-4.2x (pick.h). So
+ * there rank 0 picks between the two by timing both: it offers single copy or not,
+ * and the others offer it in every such call (their offer alone never decides), so
+ * the call goes rank 0's way. They read rank 0's last choice for the class from the
+ * state line only to know whether to copy chunk 0 before announcing (see `early`).
+ * Rank 0 times from its decision to its return, less its wait in the announcement
+ * (the others' late arrival is not the way's cost). */
 #define SINGLE_COPY_MIN ((size_t)256 * 1024)      /* f32, i32 */
 #define SINGLE_COPY_MIN_HALF ((size_t)512 * 1024) /* f16, bf16 */
 
@@ -149,6 +157,16 @@ static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *rec
                 return rc;
     }
     return ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
+}
+
+/* The class of a large allreduce whose way rank 0 picks: by element size, then by
+ * doublings of bytes from min (LS_PICK_CLASSES) */
+static int pick_class(size_t bytes, size_t min, size_t es)
+{
+    int k = 0;
+    while (k + 1 < LS_PICK_SIZES && bytes / 2 >= min << k)
+        k++;
+    return (es == 2) * LS_PICK_SIZES + k;
 }
 
 static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count, lockstep_dtype_t dtype,
@@ -195,11 +213,21 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !ls_cma_slow(c) && !c->pool && bytes >= cma_min;
+    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool && bytes >= cma_min;
+    int by_slots = !cma_try; /* the way this rank expects the call to go */
+    if (cma_try && ls_cma_slow(c)) { /* rank 0 picks, by timing both ways (pick.h) */
+        int cls = pick_class(bytes, cma_min, es);
+        if (me == 0) {
+            cma_try = c->pick_next[cls];
+            c->timing = cls;
+            c->timing_from = lockstep_now_ns();
+        }
+        by_slots = me == 0 ? !cma_try : __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+    }
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH; /* (the announcement resets c->busy) */
-    int copied = !zc_mine && !cma_try && (small || may_early);
+    int copied = !zc_mine && by_slots && (small || may_early);
     const char *src = send;
     char *dst = recv;
     if (copied && small)
@@ -212,15 +240,21 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * posting first (both libraries alternating in the same processes, median of 21
      * paired batches; 1 KiB 0.98x, 4 ranks 0.98x) */
     ls_zc_post(c, mine.send, mine.recv);
-    if (!small) /* every rank posts, so that every rank counts the same */
+    if (!small) { /* every rank posts, so that every rank counts the same */
         ls_cma_post(c, cma_try ? send : NULL, recv);
+        ls_cma_post_early(c, copied);
+    }
+    uint64_t announced = c->timing >= 0 ? lockstep_now_ns() : 0;
     rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
     if (rc)
         return rc;
+    if (c->timing >= 0) /* the wait for the others' arrival is not the way's cost */
+        c->timing_from += lockstep_now_ns() - announced;
     int zc = ls_zc_count(c); /* ranks that passed buffers, as every rank sees it */
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
     int cma = small ? 0 : ls_cma_count(c); /* ranks that may move data by single copy */
+    c->timing_way = cma == N ? 1 : cma_try ? -1 : 0;
     if (cma == N)
         return allreduce_single_copy(c, send, recv, count, es, dtype, op);
 
@@ -239,7 +273,8 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         return 0;
     }
 
-    int early = may_early && zc + cma == 0; /* every rank copied chunk 0 early: no step for it */
+    int early = copied && !small && ls_cma_early_peers(c); /* every rank copied chunk 0
+                                                               early: no step for it */
     uint64_t deadline = ls_comm_deadline(c);
     unsigned j = 0;
     for (size_t off = 0; off < count; off += per_chunk, j++) {
@@ -268,6 +303,22 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     return 0;
 }
 
+/* Rank 0, after a timed call of class c->timing that took the way c->timing_way:
+ * record its cost per byte (in picoseconds) and choose the class's next way, which the
+ * others read from the state line to know whether to copy chunk 0 before announcing
+ * (they offer single copy in every such call; rank 0's offer decides). A peer that
+ * reads it before it changes copies, or does not, in vain: the call still goes the
+ * way rank 0 offered. */
+static void pick_record(lockstep_comm_t *c, size_t bytes)
+{
+    int cls = c->timing;
+    uint64_t cost = c->timing_way < 0 ? LS_PICK_NONE : (lockstep_now_ns() - c->timing_from) * 1000 / bytes;
+    uint8_t next = (uint8_t)ls_pick_record(&c->pick[cls], c->timing_way != 0, cost);
+    c->pick_next[cls] = next;
+    if (__atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != next)
+        __atomic_store_n(&c->state->pick[cls], next, __ATOMIC_RELAXED);
+}
+
 int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op)
 {
@@ -275,5 +326,9 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     if (rc)
         return rc;
     uint32_t s = c->seq;
-    return ls_comm_end(c, s, allreduce(c, send, recv, count, dtype, op));
+    c->timing = -1;
+    rc = allreduce(c, send, recv, count, dtype, op);
+    if (rc == 0 && c->timing >= 0)
+        pick_record(c, count * lockstep_dtype_size(dtype));
+    return ls_comm_end(c, s, rc);
 }

@@ -19,7 +19,7 @@
  * offsets */
 struct ls_cma_posted {
     uint64_t addr, dst;
-    uint32_t ok, pad;
+    uint32_t ok, early; /* early: ls_cma_post_early */
 };
 _Static_assert(sizeof(struct ls_zc_offsets) + sizeof(struct ls_cma_posted) <= LS_INLINE_BYTES,
                "the post rides in the announcement");
@@ -102,6 +102,22 @@ void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst)
     struct ls_cma_posted p = {(uint64_t)(uintptr_t)src, (uint64_t)(uintptr_t)dst, (uint32_t)(src && c->cma), 0};
     c->cma_posted = (int)p.ok;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
+}
+
+void ls_cma_post_early(lockstep_comm_t *c, int early)
+{
+    uint32_t e = (uint32_t)early;
+    memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets) +
+               offsetof(struct ls_cma_posted, early),
+           &e, sizeof e);
+}
+
+int ls_cma_early_peers(const lockstep_comm_t *c)
+{
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && !posted(c, r, c->seq).early)
+            return 0;
+    return 1;
 }
 
 int ls_cma_ok(const lockstep_comm_t *c, int r)

@@ -33,14 +33,16 @@
 #include "lockstep/comm.h"
 #include "../internal.h"
 #include "args.h"
+#include "pick.h"
 
 /* A segment's header starts with "lsc" and the protocol in the low byte. Bump
  * LS_PROTOCOL with every change of the segment's layout or of the protocol on it: a
  * rank of another build then refuses to join (EPROTO) instead of misreading the
  * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own;
- * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts. */
+ * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts;
+ * 0x70: rank 0's choices of way for large allreduces in the state line (pick). */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x6fu
+#define LS_PROTOCOL 0x70u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -72,10 +74,19 @@ typedef struct ls_seg_hdr {
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
+/* Classes of large allreduces whose way rank 0 picks by timing (allreduce.c, pick.h):
+ * by element size (2 bytes or not), then by size from the single-copy minimum up, in
+ * doublings, the last class open-ended */
+#define LS_PICK_SIZES 8
+#define LS_PICK_CLASSES (2 * LS_PICK_SIZES)
+
 typedef struct ls_seg_state {
     lockstep_waitword_t joined; /* ranks that have mapped the segment */
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
+    uint8_t pick[LS_PICK_CLASSES]; /* per class, the way of its next call, as rank 0
+                                      chose it: 0 the slots, 1 single copy */
 } ls_seg_state_t;
+_Static_assert(sizeof(ls_seg_state_t) <= LS_LINE, "the state fits its line");
 
 /* What a call announces; compared across ranks field by field. tag: the caller's
  * (lockstep_comm_tag), 0 unless set. */
@@ -191,6 +202,12 @@ struct lockstep_comm {
     int cma_posted;
     int drained; /* the communicator has failed and no single-copy write into this rank
                     is under way any more (ls_comm_failed) */
+    ls_pick_t pick[LS_PICK_CLASSES]; /* rank 0: per class, the costs behind its choice */
+    uint8_t pick_next[LS_PICK_CLASSES]; /* rank 0: per class, the way of the next call */
+    int timing;            /* rank 0: the class of the allreduce being timed, or -1 */
+    int timing_way;        /* its way: 0 the slots, 1 single copy, -1 single copy was
+                              wanted and some rank could not take it */
+    uint64_t timing_from;  /* its start, moved on by its wait for the announcements */
 };
 
 /* One thread at a time in a communicator's calls (comm.h). A thread that comes in
@@ -392,6 +409,11 @@ void ls_cma_drain(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */
 void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst);
+/* after ls_cma_post: whether this rank has copied its first chunk into the slots
+ * before announcing (allreduce.c); after the announcement, whether every other rank
+ * has */
+void ls_cma_post_early(lockstep_comm_t *c, int early);
+int ls_cma_early_peers(const lockstep_comm_t *c);
 /* after the announcement: whether rank r posted its c->cma, and how many ranks did
  * (single copy when all) */
 int ls_cma_ok(const lockstep_comm_t *c, int r);

@@ -1,0 +1,102 @@
+/* Choosing between two ways of making the same call by timing both (allreduce.c uses
+ * it for large allreduces where kernel copies are slow: the slots or single copy).
+ *
+ * Which way wins can change while a job runs, not only from one machine to the next.
+ * On the 2-vCPU AMD EPYC VM where kernel copies are slow, the host moves the two vCPUs
+ * about: in most stretches a cache line goes from one to the other and back in 52-72
+ * ns, but for seconds at a time it takes 210-285 ns (the vCPUs on cores far apart).
+ * The slots hand every byte from one CPU's cache to the other's, and in those
+ * stretches took 2.4-4.7x their usual time (medians); single copy reads what the peer's CPU
+ * has not just written, and kept its time. 2 ranks, f32, 10 runs of 12 rounds (a
+ * throwaway harness: per round, the round trip, then the median of 3 calls per way
+ * and of MPI_Allreduce, in the same processes; the data barely changes between
+ * calls, which flatters single copy at 1 MiB); median (quartiles) in us:
+ *
+ *   round trip            1 MiB                 4 MiB             16 MiB
+ *   52-72 ns, 101 rounds  slots 149 (141-163)   467 (403-522)     2893 (2789-3120)
+ *                         single 122 (110-129)  538 (508-626)     4192 (4017-4464)
+ *                         MPI 145 (141-151)     602 (577-642)     5815 (5496-6235)
+ *   215-283 ns, 17        slots 357 (349-544)   2183 (2107-2221)  9355 (9215-9580)
+ *                         single 144 (140-147)  526 (486-608)     4405 (4172-4759)
+ *                         MPI 580 (577-632)     2430 (2343-2591)  6700 (6104-7464)
+ *
+ * So the ways are timed as the job runs, on rank 0 (its choice is the one every rank
+ * makes, see allreduce.c). Calls fall into classes (by size; each class keeps its
+ * own record) and a way's cost is per byte, so that sizes within a class compare. A
+ * way's estimate is the lowest of its last LS_PICK_KEEP costs: a call that a
+ * preemption, page faults or a cold cache made slow does not count against its way,
+ * while a way that has really become slower shows it after LS_PICK_KEEP calls. Each
+ * way runs LS_PICK_FIRST times before either is preferred (the class's first calls
+ * alternate, the slots first), and the cheaper is preferred. From then on the
+ * preferred way runs, and the other once every `every` calls of the class, to see
+ * whether it has become cheaper: LS_PICK_EVERY_MIN calls after the preference
+ * changes, twice as many after each look that leaves it as it was, up to
+ * LS_PICK_EVERY_MAX (in a long stretch of one state the looks cost 1/64 of the calls
+ * at the other way's price). The preference changes only when the other way's
+ * estimate is lower by more than 1/LS_PICK_MARGIN of the preferred's, so that two
+ * ways that nearly tie do not take turns on noise.
+ *
+ * Header-only and free of the communicator, so that tests can check the choices on
+ * costs written out (tests/comm/test_comm_pick.c). */
+#ifndef LOCKSTEP_COMM_PICK_H
+#define LOCKSTEP_COMM_PICK_H
+
+#include <stdint.h>
+
+#define LS_PICK_KEEP 3        /* costs kept per way; its estimate is their lowest */
+#define LS_PICK_FIRST 2       /* times each way runs before either is preferred */
+#define LS_PICK_MARGIN 5        /* the other way must be cheaper by a fifth to take over */
+#define LS_PICK_EVERY_MIN 8u
+#define LS_PICK_EVERY_MAX 64u
+#define LS_PICK_NONE UINT64_MAX /* the cost of a way that could not run */
+
+typedef struct ls_pick {
+    uint64_t cost[2][LS_PICK_KEEP]; /* per way, the last costs, newest first */
+    uint32_t calls;                 /* calls of the class so far */
+    uint32_t last[2];               /* per way, `calls` when it last ran */
+    uint32_t every;                 /* 0 until both ways have run LS_PICK_FIRST times */
+    uint8_t n[2];                   /* per way, costs kept */
+    uint8_t pref;                   /* the preferred way, once `every` is set */
+} ls_pick_t;
+
+/* A way's estimate: the lowest of its kept costs (LS_PICK_NONE: never timed) */
+static inline uint64_t ls_pick_estimate(const ls_pick_t *p, int way)
+{
+    uint64_t low = LS_PICK_NONE;
+    for (int i = 0; i < p->n[way]; i++)
+        low = p->cost[way][i] < low ? p->cost[way][i] : low;
+    return low;
+}
+
+/* Record a call of the class that went `way` (0 or 1) at `cost` (LS_PICK_NONE: the
+ * way could not run; it is then tried again only as a look). Returns the way for the
+ * class's next call. */
+static inline int ls_pick_record(ls_pick_t *p, int way, uint64_t cost)
+{
+    for (int i = LS_PICK_KEEP - 1; i > 0; i--)
+        p->cost[way][i] = p->cost[way][i - 1];
+    p->cost[way][0] = cost;
+    if (cost == LS_PICK_NONE) /* forget what it cost when it could run */
+        for (int i = 1; i < LS_PICK_KEEP; i++)
+            p->cost[way][i] = cost;
+    if (p->n[way] < LS_PICK_KEEP)
+        p->n[way]++;
+    if (cost == LS_PICK_NONE && p->n[way] < LS_PICK_FIRST)
+        p->n[way] = LS_PICK_FIRST;
+    p->last[way] = ++p->calls;
+    if (p->n[0] < LS_PICK_FIRST || p->n[1] < LS_PICK_FIRST)
+        return p->n[0] <= p->n[1] ? 0 : 1;
+    uint64_t mine = ls_pick_estimate(p, p->pref), other = ls_pick_estimate(p, !p->pref);
+    if (!p->every) {
+        p->pref = (uint8_t)(other < mine ? !p->pref : p->pref);
+        p->every = LS_PICK_EVERY_MIN;
+    } else if (other < mine - mine / LS_PICK_MARGIN) {
+        p->pref = (uint8_t)!p->pref; /* the other way is clearly cheaper now */
+        p->every = LS_PICK_EVERY_MIN;
+    } else if (way != p->pref && p->every < LS_PICK_EVERY_MAX) {
+        p->every *= 2; /* a look at the other way left the preference as it was */
+    }
+    return p->calls - p->last[!p->pref] >= p->every ? !p->pref : p->pref;
+}
+
+#endif

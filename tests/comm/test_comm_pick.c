@@ -1,0 +1,195 @@
+/* Rank 0's choice of way for large allreduces where kernel copies are slow
+ * (src/comm/pick.h), on costs written out: which way each next call takes.
+ *
+ *   first    each way runs LS_PICK_FIRST times, alternating from the slots, then the
+ *            cheaper is preferred;
+ *   looks    the other way runs once every 8 calls, then 16, 32 and 64 while it stays
+ *            dearer, and every 8 again once the preference changes;
+ *   change   the preferred way becoming dearer takes over after LS_PICK_KEEP calls,
+ *            not before (one slow call is not enough), and only past the margin;
+ *   none     a way that could not run is not preferred, even when it was;
+ *   long     20000 calls with costs drawn at random in two states that swap: every
+ *            answer is 0 or 1, the looks stay at or under 1/8 of the calls, and in
+ *            each long stretch the cheaper way runs in most calls.
+ * The allreduces themselves, by whichever way, are checked in comm_collectives_*
+ * (the _slowcopy form on any machine). */
+#include "../common/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/comm/pick.h"
+
+/* record `way` at `cost` and check the next way */
+#define STEP(p, way, cost, want) CHECK_EQ(ls_pick_record((p), (way), (cost)), (want))
+
+/* from a new record, both ways timed twice: slots at a, single copy at b */
+static void start(ls_pick_t *p, uint64_t a, uint64_t b, int want)
+{
+    memset(p, 0, sizeof *p);
+    STEP(p, 0, a, 1);
+    STEP(p, 1, b, 0);
+    STEP(p, 0, a, 1);
+    STEP(p, 1, b, want);
+}
+
+/* `calls` calls of the preferred way `pref` at `cost`, the last of which is followed
+ * by a look at the other way */
+static void until_look(ls_pick_t *p, int pref, uint64_t cost, int calls)
+{
+    for (int i = 1; i < calls; i++)
+        STEP(p, pref, cost, pref);
+    STEP(p, pref, cost, !pref);
+}
+
+static int test_first(void)
+{
+    ls_pick_t p;
+    start(&p, 100, 200, 0); /* the slots cheaper */
+    CHECK_EQ(p.pref, 0);
+    start(&p, 300, 200, 1); /* single copy cheaper */
+    CHECK_EQ(p.pref, 1);
+    /* one slow call of each kind in the first ones does not decide: the lowest counts */
+    memset(&p, 0, sizeof p);
+    STEP(&p, 0, 5000, 1); /* first touch of the pages */
+    STEP(&p, 1, 200, 0);
+    STEP(&p, 0, 100, 1);
+    STEP(&p, 1, 200, 0);
+    CHECK_EQ(ls_pick_estimate(&p, 0), 100);
+    CHECK_EQ(ls_pick_estimate(&p, 1), 200);
+    memset(&p, 0, sizeof p);
+    CHECK_EQ(ls_pick_estimate(&p, 0), LS_PICK_NONE);
+    return 0;
+}
+
+static int test_looks(void)
+{
+    ls_pick_t p;
+    start(&p, 100, 200, 0);
+    /* the look comes 8 calls after single copy last ran: 7 more slots calls, then 1 */
+    until_look(&p, 0, 100, 8);
+    STEP(&p, 1, 200, 0); /* still dearer: the next look 16 calls after this one */
+    until_look(&p, 0, 100, 16);
+    STEP(&p, 1, 200, 0);
+    until_look(&p, 0, 100, 32);
+    STEP(&p, 1, 200, 0);
+    until_look(&p, 0, 100, 64);
+    STEP(&p, 1, 200, 0);
+    until_look(&p, 0, 100, 64); /* no further than 64 */
+    /* the look finds single copy cheaper now, by more than the margin: it takes over
+     * at once (its lowest cost is the new one), and the slots get looked at after 8 */
+    STEP(&p, 1, 50, 1);
+    CHECK_EQ(p.pref, 1);
+    until_look(&p, 1, 50, 7); /* 8 calls after the slots' last, counting this one */
+    return 0;
+}
+
+static int test_change(void)
+{
+    ls_pick_t p;
+    start(&p, 100, 200, 0);
+    /* the slots turn 3x dearer: the first LS_PICK_KEEP - 1 such calls keep them (the
+     * estimate is still the old lowest), the LS_PICK_KEEP-th hands over */
+    for (int i = 1; i < LS_PICK_KEEP; i++)
+        STEP(&p, 0, 300, 0);
+    STEP(&p, 0, 300, 1);
+    CHECK_EQ(p.pref, 1);
+    /* single copy at 200, slots back at 100 when looked at: they take over again */
+    until_look(&p, 1, 200, 8);
+    STEP(&p, 0, 100, 0);
+    CHECK_EQ(p.pref, 0);
+
+    /* within the margin nothing changes: single copy at 81 against slots at 100 ... */
+    start(&p, 100, 200, 0);
+    until_look(&p, 0, 100, 8);
+    STEP(&p, 1, 81, 0);
+    CHECK_EQ(p.pref, 0);
+    /* ... but at 79 it does */
+    until_look(&p, 0, 100, 16);
+    STEP(&p, 1, 79, 1);
+    CHECK_EQ(p.pref, 1);
+    /* the first choice has no margin: 99 against 100 prefers the 99 */
+    start(&p, 100, 99, 1);
+    return 0;
+}
+
+static int test_none(void)
+{
+    ls_pick_t p;
+    /* single copy could not run in the first calls: the slots are preferred after
+     * their two, and single copy is only looked at */
+    memset(&p, 0, sizeof p);
+    STEP(&p, 0, 100, 1);
+    STEP(&p, 1, LS_PICK_NONE, 0);
+    STEP(&p, 0, 100, 0);
+    CHECK_EQ(p.pref, 0);
+    until_look(&p, 0, 100, 7); /* 8 calls after its last try, counting this one's */
+    STEP(&p, 1, LS_PICK_NONE, 0);
+    until_look(&p, 0, 100, 16);
+    /* preferred single copy that can no longer run hands over at once, whatever it
+     * cost before */
+    start(&p, 300, 100, 1);
+    STEP(&p, 1, LS_PICK_NONE, 0);
+    CHECK_EQ(p.pref, 0);
+    CHECK_EQ(ls_pick_estimate(&p, 1), LS_PICK_NONE);
+    /* and it takes over again when a look finds it running and cheaper */
+    until_look(&p, 0, 300, 8);
+    STEP(&p, 1, 100, 1);
+    return 0;
+}
+
+static uint64_t draw(uint64_t *s, uint64_t mean)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = *s >> 33;
+    uint64_t cost = mean - mean / 5 + r % (mean * 2 / 5 + 1); /* mean +- 20% */
+    if (r % 16 == 0)
+        cost *= 4; /* a preempted call now and then */
+    return cost;
+}
+
+static int test_long(void)
+{
+    ls_pick_t p;
+    memset(&p, 0, sizeof p);
+    uint64_t seed = 12345;
+    int way = 0, looks = 0, calls = 0;
+    for (int stretch = 0; stretch < 10; stretch++) {
+        /* even stretches: slots 100, single copy 150; odd: slots 350, single 150 */
+        uint64_t mean[2] = {stretch % 2 ? 350u : 100u, 150u};
+        int cheap = stretch % 2 ? 1 : 0, on_cheap = 0;
+        for (int i = 0; i < 2000; i++, calls++) {
+            if (way != p.pref && p.every)
+                looks++;
+            on_cheap += way == cheap;
+            int next = ls_pick_record(&p, way, draw(&seed, mean[way]));
+            CHECK(next == 0 || next == 1);
+            way = next;
+        }
+        if (on_cheap < 1800) {
+            fprintf(stderr, "stretch %d: the cheaper way ran %d times of 2000\n", stretch, on_cheap);
+            return 1;
+        }
+    }
+    CHECK(looks * 8 <= calls);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    watchdog(60);
+    const char *what = argc > 1 ? argv[1] : "";
+    if (strcmp(what, "first") == 0)
+        return test_first();
+    if (strcmp(what, "looks") == 0)
+        return test_looks();
+    if (strcmp(what, "change") == 0)
+        return test_change();
+    if (strcmp(what, "none") == 0)
+        return test_none();
+    if (strcmp(what, "long") == 0)
+        return test_long();
+    fprintf(stderr, "usage: %s first|looks|change|none|long\n", argv[0]);
+    return 1;
+}

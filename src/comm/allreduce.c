@@ -217,12 +217,12 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     int by_slots = !cma_try; /* the way this rank expects the call to go */
     if (cma_try && ls_cma_slow(c)) { /* rank 0 picks, by timing both ways (pick.h) */
         int cls = pick_class(bytes, cma_min, es);
-        if (me == 0) {
-            cma_try = c->pick_next[cls];
+        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+        if (me == 0) { /* the only writer of state->pick: this is its own choice */
+            cma_try = !by_slots;
             c->timing = cls;
             c->timing_from = lockstep_now_ns();
         }
-        by_slots = me == 0 ? !cma_try : __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
     }
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
@@ -314,7 +314,6 @@ static void pick_record(lockstep_comm_t *c, size_t bytes)
     int cls = c->timing;
     uint64_t cost = c->timing_way < 0 ? LS_PICK_NONE : (lockstep_now_ns() - c->timing_from) * 1000 / bytes;
     uint8_t next = (uint8_t)ls_pick_record(&c->pick[cls], c->timing_way != 0, cost);
-    c->pick_next[cls] = next;
     if (__atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != next)
         __atomic_store_n(&c->state->pick[cls], next, __ATOMIC_RELAXED);
 }

@@ -203,7 +203,6 @@ struct lockstep_comm {
     int drained; /* the communicator has failed and no single-copy write into this rank
                     is under way any more (ls_comm_failed) */
     ls_pick_t pick[LS_PICK_CLASSES]; /* rank 0: per class, the costs behind its choice */
-    uint8_t pick_next[LS_PICK_CLASSES]; /* rank 0: per class, the way of the next call */
     int timing;            /* rank 0: the class of the allreduce being timed, or -1 */
     int timing_way;        /* its way: 0 the slots, 1 single copy, -1 single copy was
                               wanted and some rank could not take it */

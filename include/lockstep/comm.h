@@ -245,10 +245,13 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
  * that fit the CPUs use single copies only where they still won on such a machine
  * (all-to-all blocks of 32-160 KiB, PUSH allgather blocks up to 384 KiB, 2-rank
  * broadcasts of 64-512 KiB), and the slots elsewhere, except in allreduces from 256
- * KiB (512 KiB for f16 and bf16): there rank 0 times both ways as the job runs and
- * takes the cheaper, per size class, looking at the other way now and then, because
- * which wins can change while a job runs (on a VM whose host moved its vCPUs apart,
- * the slots took 2.4-4.7x their usual time). LOCKSTEP_KERNEL_COPY=fast or slow
+ * KiB (512 KiB for f16 and bf16), allgathers past the small path (PUSH: past 384 KiB)
+ * and 2-rank broadcasts past 512 KiB: there one rank (rank 0; the broadcast's
+ * receiver) times both ways as the job runs and takes the cheaper, per size class,
+ * looking at the other way now and then, because which wins can change while a job
+ * runs (on a VM whose host moved its vCPUs apart, the slots took 2-12x their usual
+ * time). So do 2-rank broadcasts of 512 KiB to 2 MiB where kernel copies are fast.
+ * LOCKSTEP_KERNEL_COPY=fast or slow
  * on rank 0 skips the measure and decides (auto or unset: measure; anything else:
  * lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why). NULL
  * with errno EINVAL for a NULL comm. */
@@ -359,7 +362,9 @@ int lockstep_comm_peers(lockstep_comm_t *comm, lockstep_order_t order, int *peer
  * 64 KiB to 512 KiB and from 2 MiB (and not zero-copy), the root writes half of buf
  * into the receiver's and the receiver reads the other half from the root's, one copy
  * each (process_vm_writev/readv; LOCKSTEP_NO_CMA=1 turns it off); the root then
- * returns once the receiver has its copy. */
+ * returns once the receiver has its copy. From 512 KiB to 2 MiB, and past 512 KiB
+ * where kernel copies are slow (lockstep_comm_kernel_copy), the receiver takes that
+ * way or the slots, whichever its timing finds cheaper. */
 int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int root,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 
@@ -370,7 +375,9 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
  * rank reads the peers' sends (process_vm_readv); with PUSH, blocks of 128 KiB or more
  * (64 KiB when ranks outnumber the CPUs), each rank writes its block into the peers'
  * recvs (process_vm_writev, in pieces of 256 KiB at most, as the allreduce's).
- * LOCKSTEP_NO_CMA=1 turns it off. */
+ * Where kernel copies are slow (lockstep_comm_kernel_copy), PUSH blocks of 128-384 KiB
+ * move so, and past that, and PULL blocks past the small path, take that way or the
+ * slots, whichever rank 0's timing finds cheaper. LOCKSTEP_NO_CMA=1 turns it off. */
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 

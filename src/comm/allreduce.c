@@ -159,16 +159,6 @@ static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *rec
     return ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
 }
 
-/* The class of a large allreduce whose way rank 0 picks: by element size, then by
- * doublings of bytes from min (LS_PICK_CLASSES) */
-static int pick_class(size_t bytes, size_t min, size_t es)
-{
-    int k = 0;
-    while (k + 1 < LS_PICK_SIZES && bytes / 2 >= min << k)
-        k++;
-    return (es == 2) * LS_PICK_SIZES + k;
-}
-
 static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count, lockstep_dtype_t dtype,
                      lockstep_op_t op)
 {
@@ -216,13 +206,11 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool && bytes >= cma_min;
     int by_slots = !cma_try; /* the way this rank expects the call to go */
     if (cma_try && ls_cma_slow(c)) { /* rank 0 picks, by timing both ways (pick.h) */
-        int cls = pick_class(bytes, cma_min, es);
-        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
-        if (me == 0) { /* the only writer of state->pick: this is its own choice */
-            cma_try = !by_slots;
-            c->timing = cls;
-            c->timing_from = lockstep_now_ns();
-        }
+        int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, cma_min);
+        if (me == 0) /* the only writer of state->pick: this is its own choice */
+            by_slots = !(cma_try = ls_pick_start(c, cls, bytes));
+        else
+            by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
     }
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;
@@ -244,17 +232,14 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         ls_cma_post(c, cma_try ? send : NULL, recv);
         ls_cma_post_early(c, copied);
     }
-    uint64_t announced = c->timing >= 0 ? lockstep_now_ns() : 0;
     rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
     if (rc)
         return rc;
-    if (c->timing >= 0) /* the wait for the others' arrival is not the way's cost */
-        c->timing_from += lockstep_now_ns() - announced;
     int zc = ls_zc_count(c); /* ranks that passed buffers, as every rank sees it */
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
     int cma = small ? 0 : ls_cma_count(c); /* ranks that may move data by single copy */
-    c->timing_way = cma == N ? 1 : cma_try ? -1 : 0;
+    ls_pick_way(c, cma == N ? 1 : cma_try ? -1 : 0);
     if (cma == N)
         return allreduce_single_copy(c, send, recv, count, es, dtype, op);
 
@@ -303,21 +288,6 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     return 0;
 }
 
-/* Rank 0, after a timed call of class c->timing that took the way c->timing_way:
- * record its cost per byte (in picoseconds) and choose the class's next way, which the
- * others read from the state line to know whether to copy chunk 0 before announcing
- * (they offer single copy in every such call; rank 0's offer decides). A peer that
- * reads it before it changes copies, or does not, in vain: the call still goes the
- * way rank 0 offered. */
-static void pick_record(lockstep_comm_t *c, size_t bytes)
-{
-    int cls = c->timing;
-    uint64_t cost = c->timing_way < 0 ? LS_PICK_NONE : (lockstep_now_ns() - c->timing_from) * 1000 / bytes;
-    uint8_t next = (uint8_t)ls_pick_record(&c->pick[cls], c->timing_way != 0, cost);
-    if (__atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != next)
-        __atomic_store_n(&c->state->pick[cls], next, __ATOMIC_RELAXED);
-}
-
 int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count,
                             lockstep_dtype_t dtype, lockstep_op_t op)
 {
@@ -325,9 +295,5 @@ int lockstep_comm_allreduce(lockstep_comm_t *c, const void *send, void *recv, si
     if (rc)
         return rc;
     uint32_t s = c->seq;
-    c->timing = -1;
-    rc = allreduce(c, send, recv, count, dtype, op);
-    if (rc == 0 && c->timing >= 0)
-        pick_record(c, count * lockstep_dtype_size(dtype));
-    return ls_comm_end(c, s, rc);
+    return ls_comm_end(c, s, allreduce(c, send, recv, count, dtype, op));
 }

@@ -469,6 +469,21 @@ static int wait_peers(lockstep_comm_t *c, struct ls_peer_words pw, uint32_t t, i
     return 0;
 }
 
+/* After a call this rank timed (ls_pick_start): record its cost per byte, in
+ * picoseconds, for its class. A choice shared through the state line (the allreduce's)
+ * is stored there for the next call; the others read it there to know whether to copy
+ * chunk 0 before announcing, and one that reads it before it changes does that, or not,
+ * in vain: the call still goes the way the picking rank offered. */
+void ls_pick_done(lockstep_comm_t *c)
+{
+    int cls = c->timing;
+    uint64_t cost = c->timing_way < 0 ? LS_PICK_NONE
+                                      : (lockstep_now_ns() - c->timing_from) * 1000 / c->timing_bytes;
+    uint8_t next = (uint8_t)ls_pick_record(&c->pick[cls], c->timing_way != 0, cost);
+    if (cls < LS_PICK_CLASSES && __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != next)
+        __atomic_store_n(&c->state->pick[cls], next, __ATOMIC_RELAXED);
+}
+
 int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lockstep_dtype_t dt,
                      int root, uint64_t count, int wait_all)
 {
@@ -495,8 +510,11 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     size_t last = offsetof(ls_ctl_t, ann) + ((s - 1) & 1) * sizeof(ls_announce_t);
     struct ls_peer_words pw = {now + offsetof(ls_announce_t, seq), last + offsetof(ls_announce_t, where)};
     uint64_t deadline = LS_NO_DEADLINE_YET;
+    uint64_t waited = c->timing >= 0 ? lockstep_now_ns() : 0;
     if ((rc = wait_peers(c, pw, s, cpu, &deadline)) != 0)
         return rc;
+    if (c->timing >= 0) /* the others' late arrival is not the timed way's cost */
+        c->timing_from += lockstep_now_ns() - waited;
     if ((rc = ls_comm_verify(c)) == 0 && cpu >= 0)
         ls_comm_spread(c, cpu);
     return rc;
@@ -841,6 +859,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     }
     c->fork_gen = ls_fork_gen();
     c->fd = -1;
+    c->timing = -1;
     c->pid_ns = pid_ns();
     c->rank = p->rank;
     c->size = p->size;

@@ -74,11 +74,28 @@ typedef struct ls_seg_hdr {
 } ls_seg_hdr_t;
 _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, before state");
 
-/* Classes of large allreduces whose way rank 0 picks by timing (allreduce.c, pick.h):
- * by element size (2 bytes or not), then by size from the single-copy minimum up, in
- * doublings, the last class open-ended */
+/* Classes of calls whose way (the slots or single copy) is picked by timing both
+ * (pick.h), each in LS_PICK_SIZES size classes: doublings from the class's smallest
+ * size (ls_pick_size), the last one open-ended.
+ *   LS_PICK_ALLREDUCE: large allreduces, by element size (2 bytes or not), picked by
+ *     rank 0, whose choice the others read from the state line (LS_PICK_CLASSES);
+ *   LS_PICK_ALLGATHER: large allgathers, PULL then PUSH, picked by rank 0;
+ *   LS_PICK_BROADCAST: large broadcasts between 2 ranks, picked by the receiver. */
 #define LS_PICK_SIZES 8
-#define LS_PICK_CLASSES (2 * LS_PICK_SIZES)
+#define LS_PICK_ALLREDUCE 0
+#define LS_PICK_CLASSES (2 * LS_PICK_SIZES) /* the allreduce's, in the state line */
+#define LS_PICK_ALLGATHER LS_PICK_CLASSES
+#define LS_PICK_BROADCAST (LS_PICK_ALLGATHER + 2 * LS_PICK_SIZES)
+#define LS_PICK_ALL (LS_PICK_BROADCAST + LS_PICK_SIZES)
+
+/* The size class of bytes (>= min) within a class of calls */
+static inline int ls_pick_size(size_t bytes, size_t min)
+{
+    int k = 0;
+    while (k + 1 < LS_PICK_SIZES && bytes / 2 >= min << k)
+        k++;
+    return k;
+}
 
 typedef struct ls_seg_state {
     lockstep_waitword_t joined; /* ranks that have mapped the segment */
@@ -202,11 +219,13 @@ struct lockstep_comm {
     int cma_posted;
     int drained; /* the communicator has failed and no single-copy write into this rank
                     is under way any more (ls_comm_failed) */
-    ls_pick_t pick[LS_PICK_CLASSES]; /* rank 0: per class, the costs behind its choice */
-    int timing;            /* rank 0: the class of the allreduce being timed, or -1 */
+    ls_pick_t pick[LS_PICK_ALL]; /* per class, the costs behind the choices this rank
+                                    makes (see LS_PICK_ALLREDUCE) */
+    int timing;            /* the class of the call this rank times, or -1 */
     int timing_way;        /* its way: 0 the slots, 1 single copy, -1 single copy was
                               wanted and some rank could not take it */
     uint64_t timing_from;  /* its start, moved on by its wait for the announcements */
+    size_t timing_bytes;   /* its size: the cost is per byte */
 };
 
 /* One thread at a time in a communicator's calls (comm.h). A thread that comes in
@@ -235,6 +254,30 @@ static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
 /* comm.c: take part in this call only to refuse it (see lockstep_comm_refuse) */
 int ls_comm_refuse(lockstep_comm_t *c);
 
+/* Picking a call's way by timing (pick.h), on the rank that picks for class cls:
+ * ls_pick_start times the call from now (ls_comm_announce leaves out its wait for the
+ * others) and returns the way to offer, 1 for single copy; once the call knows its
+ * way, ls_pick_way records it (0 the slots, 1 single copy, -1 single copy was offered
+ * and some rank could not take it; -2: neither, the call is not timed);
+ * ls_comm_end then records its cost (ls_pick_done). */
+static inline int ls_pick_start(lockstep_comm_t *c, int cls, size_t bytes)
+{
+    c->timing = cls;
+    c->timing_bytes = bytes;
+    c->timing_from = lockstep_now_ns();
+    return cls < LS_PICK_CLASSES ? __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED)
+                                 : ls_pick_next(&c->pick[cls]);
+}
+
+static inline void ls_pick_way(lockstep_comm_t *c, int way)
+{
+    if (way < -1)
+        c->timing = -1;
+    c->timing_way = way;
+}
+
+void ls_pick_done(lockstep_comm_t *c);
+
 /* ls_comm_leave for the collectives: a call that found its arguments invalid before it
  * announced anything (-EINVAL with c->seq still seq0, what it was at the start) is
  * refused, so that the peers' calls end at once instead of at the deadline. The
@@ -244,6 +287,11 @@ static inline int ls_comm_end(lockstep_comm_t *c, uint32_t seq0, int rc)
 {
     if (LS_UNLIKELY(rc == -EINVAL) && c->seq == seq0 && c->size > 1)
         (void)ls_comm_refuse(c);
+    if (c->timing >= 0) {
+        if (rc == 0)
+            ls_pick_done(c);
+        c->timing = -1;
+    }
     return ls_comm_leave(c, rc);
 }
 

@@ -37,12 +37,16 @@
  * Single copy, broadcasts of BCAST_CMA_LOW to BCAST_CMA_HIGH, small or not, or of
  * BCAST_CMA_MIN or more, between 2 ranks that fit the CPUs (and not zero-copy): the
  * root writes the first half into the receiver's buf while the receiver reads the
- * second half from the root's, each a single copy (split_broadcast).
+ * second half from the root's, each a single copy (split_broadcast). Past
+ * BCAST_CMA_HIGH where that is not the fixed way (below BCAST_CMA_MIN, or kernel
+ * copies slow), the receiver picks between it and the slots by timing both (pick.h).
  * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs (PUSH:
  * ALLGATHER_CMA_MIN_PUSH, or ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED when ranks outnumber
  * them) and every rank can reach its peers (and not zero-copy PUSH): with PULL each
  * rank reads every peer's block straight from its send into recv, with PUSH it writes
- * its block into every peer's recv; one step ends the call.
+ * its block into every peer's recv; one step ends the call. Where kernel copies are
+ * slow, past PUSH's window and from ALLGATHER_PICK_MIN_PULL for PULL, rank 0 picks
+ * between it and the slots by timing both (pick.h).
  * The transfer is part of the call (the descriptor's op field): ranks that disagree on
  * it fail with LOCKSTEP_EMISMATCH, as they would copy from slots no one wrote. */
 #include <errno.h>
@@ -83,6 +87,25 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * 1.07-1.08x. Ranks outnumbering the CPUs keep the limits above: 4 ranks on the 2
  * vCPUs, PUSH 128 KiB-1 MiB 0.32-0.60x, 4 MiB 0.65-0.70x. */
 #define ALLGATHER_CMA_MAX_PUSH_SLOW ((size_t)384 * 1024)
+/* Past those limits where kernel copies are slow, and PULL blocks from
+ * ALLGATHER_PICK_MIN_PULL (past the small path), rank 0 picks between the slots and
+ * single copy by timing both as the job runs (pick.h), for which wins changes while a
+ * job runs: on the same machine, in stretches where a cache line took 490-520 ns from
+ * one vCPU to the other and back instead of 106-120 (the host had moved them apart),
+ * the slots took 1.9-6.6x their usual time and 1.6-4.4x single copy's. 2 ranks,
+ * new data before every call, in the same processes (a throwaway harness; median of 7
+ * calls per way and round, the order rotated; median over rounds, in us):
+ *                 37 usual rounds: slots, single, MPI    23 rounds apart
+ *   PULL  1 MiB   83, 118, 108                            499, 199, 199
+ *         4 MiB   554, 558, 550                           2129, 908, 893
+ *        16 MiB   4257, 5123, 4907                        7984, 5139, 4850
+ *   PUSH  1 MiB   83, 109, 105                            548, 130, 204
+ *         4 MiB   612, 710, 553                           2304, 523, 901
+ *        16 MiB   4469, 5287, 4912                        9186, 4574, 4786
+ * With the pick (another 17 usual and 33 apart rounds): PULL 1 MiB 78 and 180 (slots
+ * 76 and 498), 4 MiB 491 and 844 (519, 2073); PUSH 1 MiB 86 and 115 (82, 552), 4 MiB
+ * 679 and 522 (648, 2313). */
+#define ALLGATHER_PICK_MIN_PULL ((size_t)256 * 1024)
 
 /* The smallest broadcasts 2 ranks move by single copy, half each (cma.c), while they
  * fit the CPUs. Against the pipelined slots, same processes (median of 9 paired
@@ -92,7 +115,14 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * fit no CPU count here, so they were not measured and keep the slots. Not where
  * kernel copies are slow (ls_cma_slow): AMD EPYC with 2 vCPUs, new data, 2 MiB
  * 1.34-1.92x the slots' time, 4 MiB 1.43x, 8 MiB 0.91-1.47x, 16 MiB 1.02-1.17x;
- * unchanged data 1.24-1.60x at 2-16 MiB. */
+ * unchanged data 1.24-1.60x at 2-16 MiB. There, and from BCAST_CMA_HIGH up to this
+ * anywhere, the receiver picks between the two by timing both (pick.h): on that
+ * machine, in stretches where its host had moved the vCPUs apart (as for the
+ * allgather, ALLGATHER_PICK_MIN_PULL), the slots took 1.2-12x their usual time, in us:
+ * 1 MiB 415 against 35, 4 MiB 1725 against 141, 16 MiB 2157 against 1744, where
+ * single copy took 333 at 4 MiB and 1553 at 16 MiB (MPI_Bcast 647 and 3062). With the
+ * pick: 1 MiB 35 usual and 71 apart (slots 35 and 430), 4 MiB 139 and 308 (141,
+ * 1685). */
 #define BCAST_CMA_MIN ((size_t)2 * 1024 * 1024)
 
 /* Single copy between 2 ranks that fit the CPUs also from BCAST_CMA_LOW up to
@@ -285,15 +315,11 @@ static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root
 }
 
 /* 2 ranks that fit the CPUs: a broadcast of this size may move by single copy, from
- * the small path too (low) or from the large path only */
+ * the small path too (low) or from the large path only (any size past low: fixed from
+ * BCAST_CMA_MIN where kernel copies are fast, else as the receiver picks) */
 static int single_copy_low(size_t bytes)
 {
     return bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
-}
-
-static int single_copy_size(const lockstep_comm_t *c, size_t bytes)
-{
-    return single_copy_low(bytes) || (bytes >= BCAST_CMA_MIN && !ls_cma_slow(c));
 }
 
 static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
@@ -355,7 +381,13 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     post_recv(c, xfer, buf, bytes);
     /* only 2 ranks post for single copy; np is the same on every rank, so the others
      * need not count the posts after announcing */
-    int cma_try = np == 1 && c->cma && ls_fits(c) && single_copy_size(c, bytes);
+    int cma_try = np == 1 && c->cma && ls_fits(c) && (single_copy_low(bytes) || bytes > BCAST_CMA_HIGH);
+    /* past the window, where single copy is not the fixed way: the receiver picks the
+     * way by timing both (pick.h); the root offers single copy (its offer alone never
+     * decides). The receiver's time is the call's: the root of the slots' pipeline
+     * returns before the receiver has copied the last pieces. */
+    if (cma_try && bytes > BCAST_CMA_HIGH && (bytes < BCAST_CMA_MIN || ls_cma_slow(c)) && me != root)
+        cma_try = ls_pick_start(c, LS_PICK_BROADCAST + ls_pick_size(bytes, BCAST_CMA_HIGH), bytes);
     ls_cma_post(c, cma_try ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
@@ -367,7 +399,8 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
-    int zero_copy = all_posted(c, xfer, root);
+    int zero_copy = all_posted(c, xfer, root), cma = np == 1 && ls_cma_count(c) == c->size;
+    ls_pick_way(c, zero_copy ? -2 : cma ? 1 : cma_try ? -1 : 0);
     if (zero_copy && relay)
         return relay_broadcast(c, buf, bytes, root, chain, deadline);
     if (zero_copy && ls_zc_announced(c, root).recv != LS_NO_OFFSET) /* the root's buf in its buffer too */
@@ -381,7 +414,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         ls_comm_publish_step(c, t); /* the root's says its copies are done */
         return 0;
     }
-    if (np == 1 && ls_cma_count(c) == c->size)
+    if (cma)
         return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
     size_t piece = c->hdr->chunk_bytes < BCAST_PIECE ? c->hdr->chunk_bytes : BCAST_PIECE;
     size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;
@@ -464,19 +497,26 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     size_t cma_min = xfer == LOCKSTEP_PULL ? ALLGATHER_CMA_MIN
                      : ls_fits(c)          ? ALLGATHER_CMA_MIN_PUSH
                                            : ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED;
-    int cma_try = c->cma && (ls_fits(c) || xfer == LOCKSTEP_PUSH) && bytes >= cma_min &&
-                  !(ls_cma_slow(c) && (xfer == LOCKSTEP_PULL || bytes > ALLGATHER_CMA_MAX_PUSH_SLOW));
+    int cma_try = c->cma && (ls_fits(c) || xfer == LOCKSTEP_PUSH) && bytes >= cma_min;
+    /* where kernel copies are slow, past PUSH's window: rank 0 picks the way by timing
+     * both (pick.h), and the others offer single copy (their offer alone never decides) */
+    size_t pick_min = xfer == LOCKSTEP_PULL ? ALLGATHER_PICK_MIN_PULL : ALLGATHER_CMA_MAX_PUSH_SLOW + 1;
+    if (c->cma && ls_cma_slow(c) && bytes >= pick_min)
+        cma_try = me != 0 || ls_pick_start(c, LS_PICK_ALLGATHER + (int)xfer * LS_PICK_SIZES +
+                                                  ls_pick_size(bytes, pick_min), bytes);
     ls_cma_post(c, cma_try ? in : NULL, out);
     if ((rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
+    int cma = ls_cma_count(c);
+    ls_pick_way(c, all_posted(c, xfer, -1) ? -2 : cma == N ? 1 : cma_try ? -1 : 0);
     if (all_posted(c, xfer, -1)) {
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);
         push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
         return ls_comm_step(c, deadline); /* every recv is complete */
     }
-    if (ls_cma_count(c) == N) { /* single copy: every block from its send to every recv */
+    if (cma == N) { /* single copy: every block from its send to every recv */
         for (int i = 0; i < np; i++) {
             int k = peers[i];
             rc = xfer == LOCKSTEP_PULL ? ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)

@@ -1,5 +1,6 @@
-/* Choosing between two ways of making the same call by timing both (allreduce.c uses
- * it for large allreduces where kernel copies are slow: the slots or single copy).
+/* Choosing between two ways of making the same call by timing both: the slots or
+ * single copy, for large allreduces and allgathers where kernel copies are slow and
+ * 2-rank broadcasts past 512 KiB (the classes: LS_PICK_ALLREDUCE in comm_impl.h).
  *
  * Which way wins can change while a job runs, not only from one machine to the next.
  * On the 2-vCPU AMD EPYC VM where kernel copies are slow, the host moves the two vCPUs
@@ -20,21 +21,21 @@
  *                         single 144 (140-147)  526 (486-608)     4405 (4172-4759)
  *                         MPI 580 (577-632)     2430 (2343-2591)  6700 (6104-7464)
  *
- * So the ways are timed as the job runs, on rank 0 (its choice is the one every rank
- * makes, see allreduce.c). Calls fall into classes (by size; each class keeps its
- * own record) and a way's cost is per byte, so that sizes within a class compare. A
- * way's estimate is the lowest of its last LS_PICK_KEEP costs: a call that a
- * preemption, page faults or a cold cache made slow does not count against its way,
- * while a way that has really become slower shows it after LS_PICK_KEEP calls. Each
- * way runs LS_PICK_FIRST times before either is preferred (the class's first calls
- * alternate, the slots first), and the cheaper is preferred. From then on the
- * preferred way runs, and the other once every `every` calls of the class, to see
- * whether it has become cheaper: LS_PICK_EVERY_MIN calls after the preference
- * changes, twice as many after each look that leaves it as it was, up to
- * LS_PICK_EVERY_MAX (in a long stretch of one state the looks cost 1/64 of the calls
- * at the other way's price). The preference changes only when the other way's
- * estimate is lower by more than 1/LS_PICK_MARGIN of the preferred's, so that two
- * ways that nearly tie do not take turns on noise.
+ * So the ways are timed as the job runs, on the rank whose offer decides (rank 0; a
+ * broadcast's receiver: see allreduce.c and gather.c). Calls fall into classes (by
+ * size; each class keeps its own record) and a way's cost is per byte, so that sizes
+ * within a class compare. A way's estimate is the lowest of its last LS_PICK_KEEP
+ * costs: a call that a preemption, page faults or a cold cache made slow does not
+ * count against its way, while a way that has really become slower shows it after
+ * LS_PICK_KEEP calls. Each way runs LS_PICK_FIRST times before either is preferred
+ * (the class's first calls alternate, the slots first), and the cheaper is
+ * preferred. From then on the preferred way runs, and the other once every `every`
+ * calls of the class, to see whether it has become cheaper: LS_PICK_EVERY_MIN calls
+ * after the preference changes, twice as many after each look that leaves it as it
+ * was, up to LS_PICK_EVERY_MAX (in a long stretch of one state the looks cost 1/64 of
+ * the calls at the other way's price). The preference changes only when the other
+ * way's estimate is lower by more than 1/LS_PICK_MARGIN of the preferred's, so that
+ * two ways that nearly tie do not take turns on noise.
  *
  * Header-only and free of the communicator, so that tests can check the choices on
  * costs written out (tests/comm/test_comm_pick.c). */
@@ -68,6 +69,14 @@ static inline uint64_t ls_pick_estimate(const ls_pick_t *p, int way)
     return low;
 }
 
+/* The way for the class's next call (0 for a class never recorded) */
+static inline int ls_pick_next(const ls_pick_t *p)
+{
+    if (p->n[0] < LS_PICK_FIRST || p->n[1] < LS_PICK_FIRST)
+        return p->n[0] <= p->n[1] ? 0 : 1;
+    return p->calls - p->last[!p->pref] >= p->every ? !p->pref : p->pref;
+}
+
 /* Record a call of the class that went `way` (0 or 1) at `cost` (LS_PICK_NONE: the
  * way could not run; it is then tried again only as a look). Returns the way for the
  * class's next call. */
@@ -85,7 +94,7 @@ static inline int ls_pick_record(ls_pick_t *p, int way, uint64_t cost)
         p->n[way] = LS_PICK_FIRST;
     p->last[way] = ++p->calls;
     if (p->n[0] < LS_PICK_FIRST || p->n[1] < LS_PICK_FIRST)
-        return p->n[0] <= p->n[1] ? 0 : 1;
+        return ls_pick_next(p);
     uint64_t mine = ls_pick_estimate(p, p->pref), other = ls_pick_estimate(p, !p->pref);
     if (!p->every) {
         p->pref = (uint8_t)(other < mine ? !p->pref : p->pref);
@@ -96,7 +105,7 @@ static inline int ls_pick_record(ls_pick_t *p, int way, uint64_t cost)
     } else if (way != p->pref && p->every < LS_PICK_EVERY_MAX) {
         p->every *= 2; /* a look at the other way left the preference as it was */
     }
-    return p->calls - p->last[!p->pref] >= p->every ? !p->pref : p->pref;
+    return ls_pick_next(p);
 }
 
 #endif

@@ -1,5 +1,8 @@
-/* Rank 0's choice of way for large allreduces where kernel copies are slow
- * (src/comm/pick.h), on costs written out: which way each next call takes.
+/* The choice of way by timing both (src/comm/pick.h: large allreduces and allgathers
+ * where kernel copies are slow, 2-rank broadcasts past 512 KiB), on costs written
+ * out: which way each next call takes, as ls_pick_record returns it and as
+ * ls_pick_next (which the broadcast's and the allgather's picking rank asks before
+ * each call) gives it, alike.
  *
  *   first    each way runs LS_PICK_FIRST times, alternating from the slots, then the
  *            cheaper is preferred;
@@ -11,8 +14,8 @@
  *   long     20000 calls with costs drawn at random in two states that swap: every
  *            answer is 0 or 1, the looks stay at or under 1/8 of the calls, and in
  *            each long stretch the cheaper way runs in most calls.
- * The allreduces themselves, by whichever way, are checked in comm_collectives_*
- * (the _slowcopy form on any machine). */
+ * The calls themselves, by whichever way, are checked in comm_collectives_* (the
+ * _slowcopy form on any machine; its 2-rank broadcasts of 1 MiB pick on any). */
 #include "../common/check.h"
 
 #include <stdio.h>
@@ -21,8 +24,12 @@
 
 #include "../../src/comm/pick.h"
 
-/* record `way` at `cost` and check the next way */
-#define STEP(p, way, cost, want) CHECK_EQ(ls_pick_record((p), (way), (cost)), (want))
+/* record `way` at `cost` and check the next way, as returned and as asked after */
+#define STEP(p, way, cost, want)                                                      \
+    do {                                                                              \
+        CHECK_EQ(ls_pick_record((p), (way), (cost)), (want));                         \
+        CHECK_EQ(ls_pick_next(p), (want));                                            \
+    } while (0)
 
 /* from a new record, both ways timed twice: slots at a, single copy at b */
 static void start(ls_pick_t *p, uint64_t a, uint64_t b, int want)
@@ -46,6 +53,8 @@ static void until_look(ls_pick_t *p, int pref, uint64_t cost, int calls)
 static int test_first(void)
 {
     ls_pick_t p;
+    memset(&p, 0, sizeof p);
+    CHECK_EQ(ls_pick_next(&p), 0); /* a class never recorded starts with the slots */
     start(&p, 100, 200, 0); /* the slots cheaper */
     CHECK_EQ(p.pref, 0);
     start(&p, 300, 200, 1); /* single copy cheaper */
@@ -165,6 +174,7 @@ static int test_long(void)
             on_cheap += way == cheap;
             int next = ls_pick_record(&p, way, draw(&seed, mean[way]));
             CHECK(next == 0 || next == 1);
+            CHECK_EQ(ls_pick_next(&p), next);
             way = next;
         }
         if (on_cheap < 1800) {

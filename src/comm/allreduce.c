@@ -208,9 +208,8 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     if (cma_try && ls_cma_slow(c)) { /* rank 0 picks, by timing both ways (pick.h) */
         int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, cma_min);
         if (me == 0) /* the only writer of state->pick: this is its own choice */
-            by_slots = !(cma_try = ls_pick_start(c, cls, bytes));
-        else
-            by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+            cma_try = ls_pick_start(c, cls, bytes);
+        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
     }
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;

@@ -32,10 +32,11 @@
  * preferred. From then on the preferred way runs, and the other once every `every`
  * calls of the class, to see whether it has become cheaper: LS_PICK_EVERY_MIN calls
  * after the preference changes, twice as many after each look that leaves it as it
- * was, up to LS_PICK_EVERY_MAX (in a long stretch of one state the looks cost 1/64 of
- * the calls at the other way's price). The preference changes only when the other
- * way's estimate is lower by more than 1/LS_PICK_MARGIN of the preferred's, so that
- * two ways that nearly tie do not take turns on noise.
+ * was, up to LS_PICK_EVERY_MAX, or farther for a way much dearer (ls_pick_every_max:
+ * in a long stretch of one state the looks add at most about 1/32 to the calls'
+ * cost; a way 10x dearer is looked at every 512 calls). The preference changes only
+ * when the other way's estimate is lower by more than 1/LS_PICK_MARGIN of the
+ * preferred's, so that two ways that nearly tie do not take turns on noise.
  *
  * Header-only and free of the communicator, so that tests can check the choices on
  * costs written out (tests/comm/test_comm_pick.c). */
@@ -48,7 +49,9 @@
 #define LS_PICK_FIRST 2       /* times each way runs before either is preferred */
 #define LS_PICK_MARGIN 5        /* the other way must be cheaper by a fifth to take over */
 #define LS_PICK_EVERY_MIN 8u
-#define LS_PICK_EVERY_MAX 64u
+#define LS_PICK_EVERY_MAX 64u   /* a way under 4x dearer: a look every 64 calls at most */
+#define LS_PICK_LOOK_SHARE 32u  /* farther apart for a dearer way: at most 1/32 more */
+#define LS_PICK_EVERY_CAP 1024u /* ... up to every 1024 calls */
 #define LS_PICK_NONE UINT64_MAX /* the cost of a way that could not run */
 
 typedef struct ls_pick {
@@ -67,6 +70,22 @@ static inline uint64_t ls_pick_estimate(const ls_pick_t *p, int way)
     for (int i = 0; i < p->n[way]; i++)
         low = p->cost[way][i] < low ? p->cost[way][i] : low;
     return low;
+}
+
+/* How far apart the looks at the other way may grow, where its estimate is `other`
+ * and the preferred's `mine`: a look costs other - mine more than a call the
+ * preferred way, so they may grow until that adds at most 1/LS_PICK_LOOK_SHARE to
+ * the calls' cost, and at least to LS_PICK_EVERY_MAX. A way that could not run
+ * costs nothing to look at (the call goes the other way), and keeps the least. */
+static inline uint32_t ls_pick_every_max(uint64_t mine, uint64_t other)
+{
+    if (other == LS_PICK_NONE || other <= mine)
+        return LS_PICK_EVERY_MAX;
+    uint64_t extra = (other - mine) / (mine ? mine : 1); /* whole times mine */
+    if (extra >= LS_PICK_EVERY_CAP / LS_PICK_LOOK_SHARE)
+        return LS_PICK_EVERY_CAP;
+    uint32_t want = (uint32_t)extra * LS_PICK_LOOK_SHARE;
+    return want > LS_PICK_EVERY_MAX ? want : LS_PICK_EVERY_MAX;
 }
 
 /* The way for the class's next call (0 for a class never recorded) */
@@ -102,7 +121,7 @@ static inline int ls_pick_record(ls_pick_t *p, int way, uint64_t cost)
     } else if (other < mine - mine / LS_PICK_MARGIN) {
         p->pref = (uint8_t)!p->pref; /* the other way is clearly cheaper now */
         p->every = LS_PICK_EVERY_MIN;
-    } else if (way != p->pref && p->every < LS_PICK_EVERY_MAX) {
+    } else if (way != p->pref && p->every < ls_pick_every_max(mine, other)) {
         p->every *= 2; /* a look at the other way left the preference as it was */
     }
     return ls_pick_next(p);

@@ -7,7 +7,8 @@
  *   first    each way runs LS_PICK_FIRST times, alternating from the slots, then the
  *            cheaper is preferred;
  *   looks    the other way runs once every 8 calls, then 16, 32 and 64 while it stays
- *            dearer, and every 8 again once the preference changes;
+ *            dearer (farther for a way 4x dearer or more: 512 at 10x, 1024 at most),
+ *            and every 8 again once the preference changes;
  *   change   the preferred way becoming dearer takes over after LS_PICK_KEEP calls,
  *            not before (one slow call is not enough), and only past the margin;
  *   none     a way that could not run is not preferred, even when it was;
@@ -91,6 +92,27 @@ static int test_looks(void)
     STEP(&p, 1, 50, 1);
     CHECK_EQ(p.pref, 1);
     until_look(&p, 1, 50, 7); /* 8 calls after the slots' last, counting this one */
+
+    /* a way 10x dearer is looked at farther apart: up to every 512 calls (its looks
+     * then add 9/512 to the calls' cost), not 64 */
+    start(&p, 100, 1000, 0);
+    for (int every = 8; every <= 512; every *= 2) {
+        until_look(&p, 0, 100, every);
+        STEP(&p, 1, 1000, 0);
+    }
+    until_look(&p, 0, 100, 512); /* no further than 512 */
+    STEP(&p, 1, 1000, 0);
+    /* 40x dearer: up to 1024, the cap */
+    start(&p, 100, 4000, 0);
+    for (int every = 8; every <= 1024; every *= 2) {
+        until_look(&p, 0, 100, every);
+        STEP(&p, 1, 4000, 0);
+    }
+    until_look(&p, 0, 100, 1024);
+    CHECK_EQ(ls_pick_every_max(100, 399), LS_PICK_EVERY_MAX); /* under 4x */
+    CHECK_EQ(ls_pick_every_max(100, 400), 96);
+    CHECK_EQ(ls_pick_every_max(0, 400), LS_PICK_EVERY_CAP); /* no overflow, no division by 0 */
+    CHECK_EQ(ls_pick_every_max(100, UINT64_MAX - 1), LS_PICK_EVERY_CAP);
     return 0;
 }
 
@@ -136,6 +158,13 @@ static int test_none(void)
     until_look(&p, 0, 100, 7); /* 8 calls after its last try, counting this one's */
     STEP(&p, 1, LS_PICK_NONE, 0);
     until_look(&p, 0, 100, 16);
+    /* its looks cost nothing (the call goes by the slots), so they stop growing at 64 */
+    for (int every = 32; every <= 64; every *= 2) {
+        STEP(&p, 1, LS_PICK_NONE, 0);
+        until_look(&p, 0, 100, every);
+    }
+    STEP(&p, 1, LS_PICK_NONE, 0);
+    until_look(&p, 0, 100, 64);
     /* preferred single copy that can no longer run hands over at once, whatever it
      * cost before */
     start(&p, 300, 100, 1);

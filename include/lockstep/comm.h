@@ -250,11 +250,11 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
  * receiver) times both ways as the job runs and takes the cheaper, per size class,
  * looking at the other way now and then, because which wins can change while a job
  * runs (on a VM whose host moved its vCPUs apart, the slots took 2-12x their usual
- * time). So do 2-rank broadcasts of 512 KiB to 2 MiB where kernel copies are fast.
- * LOCKSTEP_KERNEL_COPY=fast or slow
- * on rank 0 skips the measure and decides (auto or unset: measure; anything else:
- * lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why). NULL
- * with errno EINVAL for a NULL comm. */
+ * time). So do, at any kernel copy speed, 2-rank broadcasts of 512 KiB to 2 MiB and
+ * allgathers of 16 KiB blocks or more on the small path. LOCKSTEP_KERNEL_COPY=fast or
+ * slow on rank 0 skips the measure and decides (auto or unset: measure; anything
+ * else: lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why).
+ * NULL with errno EINVAL for a NULL comm. */
 const char *lockstep_comm_kernel_copy(const lockstep_comm_t *comm);
 
 /* Bytes per element of dtype, or 0 if unknown. */
@@ -377,7 +377,9 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
  * recvs (process_vm_writev, in pieces of 256 KiB at most, as the allreduce's).
  * Where kernel copies are slow (lockstep_comm_kernel_copy), PUSH blocks of 128-384 KiB
  * move so, and past that, and PULL blocks past the small path, take that way or the
- * slots, whichever rank 0's timing finds cheaper. LOCKSTEP_NO_CMA=1 turns it off. */
+ * slots, whichever rank 0's timing finds cheaper; so do blocks of 16 KiB or more on
+ * the small path (total up to small_bytes; PULL: each block up to it), at any kernel
+ * copy speed, while ranks fit the CPUs. LOCKSTEP_NO_CMA=1 turns it off. */
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 

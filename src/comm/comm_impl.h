@@ -40,9 +40,10 @@
  * rank of another build then refuses to join (EPROTO) instead of misreading the
  * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own;
  * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts;
- * 0x70: rank 0's choices of way for large allreduces in the state line (pick). */
+ * 0x70: rank 0's choices of way for large allreduces in the state line (pick);
+ * 0x71: and for allgathers on the small path, whose ranks post for single copy. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x70u
+#define LS_PROTOCOL 0x71u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -78,12 +79,17 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
  * (pick.h), each in LS_PICK_SIZES size classes: doublings from the class's smallest
  * size (ls_pick_size), the last one open-ended.
  *   LS_PICK_ALLREDUCE: large allreduces, by element size (2 bytes or not), picked by
- *     rank 0, whose choice the others read from the state line (LS_PICK_CLASSES);
+ *     rank 0;
+ *   LS_PICK_ALLGATHER_SMALL: allgathers on the small path, PULL then PUSH, picked by
+ *     rank 0;
+ *   (rank 0's choices in these, the first LS_PICK_CLASSES, are in the state line: the
+ *   others read them to know what to copy before announcing)
  *   LS_PICK_ALLGATHER: large allgathers, PULL then PUSH, picked by rank 0;
  *   LS_PICK_BROADCAST: large broadcasts between 2 ranks, picked by the receiver. */
 #define LS_PICK_SIZES 8
 #define LS_PICK_ALLREDUCE 0
-#define LS_PICK_CLASSES (2 * LS_PICK_SIZES) /* the allreduce's, in the state line */
+#define LS_PICK_ALLGATHER_SMALL (2 * LS_PICK_SIZES)
+#define LS_PICK_CLASSES (4 * LS_PICK_SIZES) /* those in the state line */
 #define LS_PICK_ALLGATHER LS_PICK_CLASSES
 #define LS_PICK_BROADCAST (LS_PICK_ALLGATHER + 2 * LS_PICK_SIZES)
 #define LS_PICK_ALL (LS_PICK_BROADCAST + LS_PICK_SIZES)

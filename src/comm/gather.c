@@ -46,7 +46,10 @@
  * rank reads every peer's block straight from its send into recv, with PUSH it writes
  * its block into every peer's recv; one step ends the call. Where kernel copies are
  * slow, past PUSH's window and from ALLGATHER_PICK_MIN_PULL for PULL, rank 0 picks
- * between it and the slots by timing both (pick.h).
+ * between it and the slots by timing both (pick.h), and so it does on the small path
+ * from ALLGATHER_SMALL_PICK_MIN (whatever the kernel's copy speed): there a rank that
+ * offers single copy copies nothing before announcing, and if some rank did not offer
+ * it, those that did copy into the slots after it, and one step more.
  * The transfer is part of the call (the descriptor's op field): ranks that disagree on
  * it fail with LOCKSTEP_EMISMATCH, as they would copy from slots no one wrote. */
 #include <errno.h>
@@ -106,6 +109,21 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * 76 and 498), 4 MiB 491 and 844 (519, 2073); PUSH 1 MiB 86 and 115 (82, 552), 4 MiB
  * 679 and 522 (648, 2313). */
 #define ALLGATHER_PICK_MIN_PULL ((size_t)256 * 1024)
+
+/* On the small path, blocks from this size: rank 0 picks between the slots and single
+ * copy by timing both (pick.h), at any kernel copy speed, while ranks fit the CPUs.
+ * On the 2-vCPU AMD EPYC, in stretches where its host had moved the vCPUs apart (a
+ * cache line's round trip 493-560 ns), the small path's slots lost to MPI_Allgather
+ * (which reads the peer's send with CMA) by 1.3-3x: 2 ranks, new data before every
+ * call, median of 7 calls per round over 8 rounds, in us: PULL 16 KiB 9.26 against
+ * 7.29, 64 KiB 36.7 against 16.9, 256 KiB 167 against 55; PUSH 16 KiB 9.29 against
+ * 7.46, 64 KiB 37.2 against 17.3 (single copy's PUSH from 128 KiB took 27.5 at 256
+ * KiB, MPI 55.9). Below 16 KiB lockstep's slots took 0.53-0.65x MPI's time there.
+ * With the pick (17 rounds apart, 15 usual, same harness), apart: PULL 16 KiB 6.64
+ * (MPI 7.39), 64 KiB 15.9 (16.8), 256 KiB 52.8 (54.5); PUSH 16 KiB 4.71 (7.40), 64 KiB
+ * 8.95 (16.8); usual: PULL 16 KiB 2.70 (4.36), 64 KiB 10.6 (9.19; the slots alone
+ * took 10-11 against 9), 256 KiB 32.0 (30.4); PUSH 64 KiB 7.78 (9.22; the slots 10-11). */
+#define ALLGATHER_SMALL_PICK_MIN ((size_t)16 * 1024)
 
 /* The smallest broadcasts 2 ranks move by single copy, half each (cma.c), while they
  * fit the CPUs. Against the pipelined slots, same processes (median of 9 paired
@@ -444,6 +462,38 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     return 0;
 }
 
+/* An allgather on the small path: my block into the small slots b (PULL my own,
+ * PUSH every peer's) */
+static void copy_to_small(lockstep_comm_t *c, const char *in, size_t bytes, lockstep_xfer_t xfer, const int *peers,
+                          int np, unsigned b)
+{
+    if (xfer == LOCKSTEP_PULL)
+        memcpy(ls_small(c, c->rank, b), in, bytes);
+    else
+        for (int i = 0; i < np; i++)
+            memcpy(ls_small(c, peers[i], b) + (size_t)c->rank * bytes, in, bytes);
+}
+
+/* An allgather by single copy, every rank having posted its send and recv: every
+ * block from its send straight into every recv (PULL: I read each peer's, PUSH: I
+ * write mine into each peer's); one step ends the call, when every recv is complete
+ * and no send is read any more */
+static int allgather_single_copy(lockstep_comm_t *c, const char *in, char *out, size_t bytes, lockstep_xfer_t xfer,
+                                 const int *peers, int np)
+{
+    int me = c->rank, rc;
+    for (int i = 0; i < np; i++) {
+        int k = peers[i];
+        rc = xfer == LOCKSTEP_PULL ? ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)
+                                   : ls_cma_write(c, k, in, (size_t)me * bytes, bytes);
+        if (rc)
+            return rc;
+    }
+    if (in != out + (size_t)me * bytes)
+        ls_comm_copy(c, out + (size_t)me * bytes, in, bytes);
+    return ls_comm_step(c, ls_comm_deadline(c));
+}
+
 static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t bytes, lockstep_order_t order,
                      lockstep_xfer_t xfer)
 {
@@ -468,18 +518,38 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         unsigned b = (c->seq + 1) & 1;
         int inl = bytes <= LS_INLINE_BYTES;
         size_t at = ls_inline_at(bytes);
+        /* from ALLGATHER_SMALL_PICK_MIN (the same on every rank) every rank posts
+         * whether it offers single copy, and rank 0 picks (pick.h): the others offer
+         * it as rank 0 last chose for the class, in the state line, and a rank that
+         * offers copies nothing before announcing */
+        int posts = bytes >= ALLGATHER_SMALL_PICK_MIN, offer = 0;
+        if (posts && c->cma && ls_fits(c)) {
+            int cls = LS_PICK_ALLGATHER_SMALL + (int)xfer * LS_PICK_SIZES + ls_pick_size(bytes, ALLGATHER_SMALL_PICK_MIN);
+            offer = me == 0 ? ls_pick_start(c, cls, bytes) : __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED);
+        }
         if (inl) {
             if (bytes)
                 memcpy(ls_ctl(c, me)->ann[b].data + at, in, bytes);
-        } else if (xfer == LOCKSTEP_PULL) {
-            memcpy(ls_small(c, me, b), in, bytes);
-        } else {
-            for (int i = 0; i < np; i++)
-                memcpy(ls_small(c, peers[i], b) + (size_t)me * bytes, in, bytes);
+        } else if (!offer) {
+            copy_to_small(c, in, bytes, xfer, peers, np, b);
         }
+        if (posts)
+            ls_cma_post(c, offer ? in : NULL, out);
         rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes);
         if (rc || !bytes)
             return rc;
+        if (posts) {
+            int n = ls_cma_count(c);
+            ls_pick_way(c, n == N ? 1 : offer ? -1 : 0);
+            if (n == N)
+                return allgather_single_copy(c, in, out, bytes, xfer, peers, np);
+            if (n) { /* some ranks held their copy back: they copy now, and one step */
+                if (offer)
+                    copy_to_small(c, in, bytes, xfer, peers, np, b);
+                if ((rc = ls_comm_step(c, ls_comm_deadline(c))) != 0)
+                    return rc;
+            }
+        }
         if (in != mine)
             memcpy(mine, in, bytes);
         for (int i = 0; i < np; i++) {
@@ -516,18 +586,8 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
         return ls_comm_step(c, deadline); /* every recv is complete */
     }
-    if (cma == N) { /* single copy: every block from its send to every recv */
-        for (int i = 0; i < np; i++) {
-            int k = peers[i];
-            rc = xfer == LOCKSTEP_PULL ? ls_cma_read(c, k, out + (size_t)k * bytes, 0, bytes)
-                                       : ls_cma_write(c, k, in, (size_t)me * bytes, bytes);
-            if (rc)
-                return rc;
-        }
-        if (in != mine)
-            ls_comm_copy(c, mine, in, bytes);
-        return ls_comm_step(c, deadline); /* every recv is complete, no send read any more */
-    }
+    if (cma == N)
+        return allgather_single_copy(c, in, out, bytes, xfer, peers, np);
     size_t piece = xfer == LOCKSTEP_PULL ? c->hdr->chunk_bytes : c->hdr->chunk_bytes / (size_t)N;
     unsigned j = 0;
     for (size_t off = 0; off < bytes; off += piece, j++) {

@@ -555,7 +555,11 @@ static int body(int rank, int size, const char *job)
      * 256 KiB: the switch; from 1 MiB, while ranks fit the CPUs, an allgather moves
      * blocks straight between the ranks' memory (single copy), in place (odd index) and
      * not, and so does a broadcast between 2 ranks from 64 KiB to 512 KiB (65536,
-     * 131075 and 262144 on the small path, 524288 past it) and from 2 MiB (2621441) */
+     * 131075 and 262144 on the small path, 524288 past it) and from 2 MiB (2621441);
+     * from 16 KiB on the small path (65536 both ways, 131075 and 262144 PULL) and,
+     * where kernel copies are slow, past it, allgathers take single copy or the slots
+     * as rank 0 picks, the first calls of a size class alternating (pick.h), so that
+     * both ways run here, and so do 2-rank broadcasts of 1048576 */
     static const size_t sizes[] = {0, 1, 13, 64, 100, 101, 65536, 131075, 262144, 262145, 524288, 2621441, 1048576};
     for (int order = 0; order <= LOCKSTEP_ORDER_TOPOLOGY; order++)
         for (int xfer = 0; xfer <= LOCKSTEP_PUSH; xfer++)

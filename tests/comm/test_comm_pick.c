@@ -1,8 +1,8 @@
 /* The choice of way by timing both (src/comm/pick.h: large allreduces and allgathers
- * where kernel copies are slow, 2-rank broadcasts past 512 KiB), on costs written
- * out: which way each next call takes, as ls_pick_record returns it and as
- * ls_pick_next (which the broadcast's and the allgather's picking rank asks before
- * each call) gives it, alike.
+ * where kernel copies are slow, small-path allgathers from 16 KiB blocks, 2-rank
+ * broadcasts past 512 KiB), on costs written out: which way each next call takes, as
+ * ls_pick_record returns it and as ls_pick_next (which the large broadcast's and
+ * allgather's picking rank asks before each call) gives it, alike.
  *
  *   first    each way runs LS_PICK_FIRST times, alternating from the slots, then the
  *            cheaper is preferred;

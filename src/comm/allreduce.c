@@ -98,7 +98,8 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
 }
 
 /* Single copy (every rank's c->cma, ranks that fit the CPUs, no pool, no shared
- * buffers, at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16): as
+ * buffers, at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16, or
+ * from SINGLE_COPY_PICK_MIN when rank 0 picks it): as
  * zero-copy, each rank reduces its 1/N of the elements over every rank's send into
  * every rank's recv, but through the kernel, from and to the peers' private memory:
  * process_vm_readv of its part of each peer's send into my chunk slots (free: no peer
@@ -132,6 +133,20 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * (the others' late arrival is not the way's cost). */
 #define SINGLE_COPY_MIN ((size_t)256 * 1024)      /* f32, i32 */
 #define SINGLE_COPY_MIN_HALF ((size_t)512 * 1024) /* f16, bf16 */
+
+/* Below those, from this size (past the small path), rank 0 picks between the slots
+ * and single copy by timing both at any kernel copy speed, as it does past them where
+ * kernel copies are slow: on the same machine, in stretches where the host had moved
+ * the vCPUs apart (a cache line's round trip 493-560 ns), the slots took 35.6 us at
+ * 64 KiB, 0.78x MPI_Allreduce's 45.9 (usual stretches: 9-10 against 18), where 16 KiB
+ * on the small path took 0.52x and 256 KiB, by single copy, 0.26x (2 ranks, f32, new
+ * data every call, median of 7 calls per round over 8 rounds). With the pick (20
+ * rounds apart, round trip 464-484 ns, and 20 usual, 113-128 ns; the same harness;
+ * the slots alone, MPI): apart 64 KiB 13 (35.5, 45), 128 KiB 21 (69, 83), 256 KiB
+ * 37.5 (120, 158); usual 12 (11, 18), 19 (18, 35), 32 (25, 61): in the usual rounds
+ * that follow apart ones, single copy runs on until a look finds the slots cheaper
+ * again (single copy took 31.5 at 256 KiB). */
+#define SINGLE_COPY_PICK_MIN ((size_t)64 * 1024)
 
 static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
                                  lockstep_dtype_t dtype, lockstep_op_t op)
@@ -203,10 +218,13 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_try = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool && bytes >= cma_min;
+    int cma_ok = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool;
+    int cma_try = cma_ok && bytes >= cma_min;
     int by_slots = !cma_try; /* the way this rank expects the call to go */
-    if (cma_try && ls_cma_slow(c)) { /* rank 0 picks, by timing both ways (pick.h) */
-        int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, cma_min);
+    if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c))) {
+        /* rank 0 picks, by timing both ways (pick.h); the others offer single copy */
+        cma_try = 1;
+        int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, SINGLE_COPY_PICK_MIN);
         if (me == 0) /* the only writer of state->pick: this is its own choice */
             cma_try = ls_pick_start(c, cls, bytes);
         by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;

@@ -78,8 +78,8 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
 /* Classes of calls whose way (the slots or single copy) is picked by timing both
  * (pick.h), each in LS_PICK_SIZES size classes: doublings from the class's smallest
  * size (ls_pick_size), the last one open-ended.
- *   LS_PICK_ALLREDUCE: large allreduces, by element size (2 bytes or not), picked by
- *     rank 0;
+ *   LS_PICK_ALLREDUCE: allreduces from 64 KiB (allreduce.c), by element size (2
+ *     bytes or not), picked by rank 0;
  *   LS_PICK_ALLGATHER_SMALL: allgathers on the small path, PULL then PUSH, picked by
  *     rank 0;
  *   (rank 0's choices in these, the first LS_PICK_CLASSES, are in the state line: the

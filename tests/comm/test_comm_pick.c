@@ -73,20 +73,25 @@ static int test_first(void)
     return 0;
 }
 
+/* From a new record, the slots at 100 and single copy at `dear`: the looks at single
+ * copy, still dearer each time, come 8, 16, 32 ... calls apart up to `last`, and then
+ * no further apart: the record is left just before single copy's next look */
+static void looks_up_to(ls_pick_t *p, uint64_t dear, int last)
+{
+    start(p, 100, dear, 0);
+    for (int every = 8; every <= last; every *= 2) {
+        until_look(p, 0, 100, every);
+        STEP(p, 1, dear, 0);
+    }
+    until_look(p, 0, 100, last);
+}
+
 static int test_looks(void)
 {
     ls_pick_t p;
-    start(&p, 100, 200, 0);
-    /* the look comes 8 calls after single copy last ran: 7 more slots calls, then 1 */
-    until_look(&p, 0, 100, 8);
-    STEP(&p, 1, 200, 0); /* still dearer: the next look 16 calls after this one */
-    until_look(&p, 0, 100, 16);
-    STEP(&p, 1, 200, 0);
-    until_look(&p, 0, 100, 32);
-    STEP(&p, 1, 200, 0);
-    until_look(&p, 0, 100, 64);
-    STEP(&p, 1, 200, 0);
-    until_look(&p, 0, 100, 64); /* no further than 64 */
+    /* the first look comes 8 calls after single copy last ran (7 more slots calls,
+     * then 1); single copy still 2x dearer: 16, 32, 64 calls apart, no further */
+    looks_up_to(&p, 200, 64);
     /* the look finds single copy cheaper now, by more than the margin: it takes over
      * at once (its lowest cost is the new one), and the slots get looked at after 8 */
     STEP(&p, 1, 50, 1);
@@ -95,20 +100,10 @@ static int test_looks(void)
 
     /* a way 10x dearer is looked at farther apart: up to every 512 calls (its looks
      * then add 9/512 to the calls' cost), not 64 */
-    start(&p, 100, 1000, 0);
-    for (int every = 8; every <= 512; every *= 2) {
-        until_look(&p, 0, 100, every);
-        STEP(&p, 1, 1000, 0);
-    }
-    until_look(&p, 0, 100, 512); /* no further than 512 */
+    looks_up_to(&p, 1000, 512);
     STEP(&p, 1, 1000, 0);
     /* 40x dearer: up to 1024, the cap */
-    start(&p, 100, 4000, 0);
-    for (int every = 8; every <= 1024; every *= 2) {
-        until_look(&p, 0, 100, every);
-        STEP(&p, 1, 4000, 0);
-    }
-    until_look(&p, 0, 100, 1024);
+    looks_up_to(&p, 4000, 1024);
     CHECK_EQ(ls_pick_every_max(100, 399), LS_PICK_EVERY_MAX); /* under 4x */
     CHECK_EQ(ls_pick_every_max(100, 400), 96);
     CHECK_EQ(ls_pick_every_max(0, 400), LS_PICK_EVERY_CAP); /* no overflow, no division by 0 */

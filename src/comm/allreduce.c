@@ -97,9 +97,10 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
     return ls_comm_step(c, ls_comm_deadline(c));
 }
 
-/* Single copy (every rank's c->cma, ranks that fit the CPUs, no pool, no shared
- * buffers, at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16, or
- * from SINGLE_COPY_PICK_MIN when rank 0 picks it): as
+/* Single copy (every rank's c->cma, no pool, no shared buffers; with ranks that fit
+ * the CPUs at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16, or
+ * from SINGLE_COPY_PICK_MIN when rank 0 picks it; with more ranks than CPUs, from
+ * SINGLE_COPY_PICK_MIN at any size when rank 0 picks it): as
  * zero-copy, each rank reduces its 1/N of the elements over every rank's send into
  * every rank's recv, but through the kernel, from and to the peers' private memory:
  * process_vm_readv of its part of each peer's send into my chunk slots (free: no peer
@@ -117,8 +118,18 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * 256-384 KiB 1.07-1.13x, 512 KiB 1.10x, 1 MiB a tie, 4 MiB 0.88x; both keep 512 KiB,
  * where bf16 trades that 1.10x for 0.73x with the same data. On the first machine f32
  * tied at 256 KiB and won from 384 KiB.
- * With more ranks than CPUs it lost (4 ranks on 2, unchanged data: 128 KiB 1.45-1.6x,
- * 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB 1.21x; only 4 MiB won, 0.93x).
+ * With more ranks than CPUs it lost in the usual stretches (4 ranks on 2, unchanged
+ * data: 128 KiB 1.45-1.6x, 16 MiB 1.16-1.29x; new data: 1 MiB 1.03-1.06x, 16 MiB
+ * 1.21x; only 4 MiB won, 0.93x), but won where the host had moved the vCPUs apart
+ * (see below: there the slots of 4 ranks on 2 CPUs took 12970 us at 16 MiB in one
+ * benchmark run, 1.24x MPI_Allreduce's, against 4029 in the run before). So with more
+ * ranks than CPUs rank 0 picks from SINGLE_COPY_PICK_MIN up, at any size and kernel
+ * copy speed. 4 ranks,
+ * f32, new data every call, median of 7 calls per round, in us, the pick (the slots
+ * alone, MPI): 8 apart rounds (round trip 212-259 ns), 1 MiB 427-1308 (884-1105,
+ * 1461-1806), 4 MiB 2453-3904 (3867-4801, 4046-5158), 16 MiB 10013-12462
+ * (15661-18042, 13992-19505); 20 usual rounds (63-82 ns), within each round's noise
+ * of the slots at 256 KiB, 1 MiB and 16 MiB (16 MiB: 6777-11935 against 6711-14337).
  * Where kernel copies are slow (ls_cma_slow) it usually loses: on a later machine that
  * also showed itself as AMD EPYC with 2 vCPUs, but whose process_vm_readv took 3.6-4x
  * memcpy's time, 2 ranks, f32, new data: 256 KiB 1.58x, 512 KiB 2.00x, 1 MiB 1.91x,
@@ -218,10 +229,10 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_ok = !small && !zc_mine && c->cma && ls_fits(c) && !c->pool;
-    int cma_try = cma_ok && bytes >= cma_min;
+    int cma_ok = !small && !zc_mine && c->cma && !c->pool;
+    int cma_try = cma_ok && ls_fits(c) && bytes >= cma_min;
     int by_slots = !cma_try; /* the way this rank expects the call to go */
-    if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c))) {
+    if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c) || !ls_fits(c))) {
         /* rank 0 picks, by timing both ways (pick.h); the others offer single copy */
         cma_try = 1;
         int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, SINGLE_COPY_PICK_MIN);

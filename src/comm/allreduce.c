@@ -267,7 +267,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
     int cma = small ? 0 : ls_cma_count(c); /* ranks that may move data by single copy */
-    ls_pick_way(c, cma == N ? 1 : cma_try ? -1 : 0);
+    ls_pick_way(c, cma == N ? 1 : cma_try ? -1 : ls_pick_slots(c, copied));
     if (cma == N)
         return allreduce_single_copy(c, send, recv, count, es, dtype, op);
 

@@ -41,9 +41,11 @@
  * segment. 0x6d: up to session 36; 0x6e: liveness locks, pid_ns and left in own;
  * 0x6f: kernel_copy in the header, single-copy posts in 2-rank small broadcasts;
  * 0x70: rank 0's choices of way for large allreduces in the state line (pick);
- * 0x71: and for allgathers on the small path, whose ranks post for single copy. */
+ * 0x71: and for allgathers on the small path, whose ranks post for single copy;
+ * 0x72: and for large all-to-alls; every rank offers single copy in both and posts
+ * whether it copied into the slots before announcing. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x71u
+#define LS_PROTOCOL 0x72u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -82,6 +84,8 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
  *     bytes or not), picked by rank 0;
  *   LS_PICK_ALLGATHER_SMALL: allgathers on the small path, PULL then PUSH, picked by
  *     rank 0;
+ *   LS_PICK_ALLTOALL: all-to-alls past LS_CMA_MAX_SLOW where kernel copies are slow,
+ *     picked by rank 0;
  *   (rank 0's choices in these, the first LS_PICK_CLASSES, are in the state line: the
  *   others read them to know what to copy before announcing)
  *   LS_PICK_ALLGATHER: large allgathers, PULL then PUSH, picked by rank 0;
@@ -89,7 +93,8 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
 #define LS_PICK_SIZES 8
 #define LS_PICK_ALLREDUCE 0
 #define LS_PICK_ALLGATHER_SMALL (2 * LS_PICK_SIZES)
-#define LS_PICK_CLASSES (4 * LS_PICK_SIZES) /* those in the state line */
+#define LS_PICK_ALLTOALL (4 * LS_PICK_SIZES)
+#define LS_PICK_CLASSES (5 * LS_PICK_SIZES) /* those in the state line */
 #define LS_PICK_ALLGATHER LS_PICK_CLASSES
 #define LS_PICK_BROADCAST (LS_PICK_ALLGATHER + 2 * LS_PICK_SIZES)
 #define LS_PICK_ALL (LS_PICK_BROADCAST + LS_PICK_SIZES)
@@ -428,7 +433,18 @@ int ls_zc_count(const lockstep_comm_t *c);
  * 0.81-0.89x, 48-128 KiB 0.71-0.81x (one run of two 1.17x at 112-128 KiB), 144-160 KiB
  * 0.81-0.94x, 192 KiB 1.02-1.09x, 256 KiB 1.20-1.24x, 1 MiB 1.38-1.39x. Ranks
  * outnumbering the CPUs keep LS_CMA_MIN and no limit: 4 ranks on the 2 vCPUs, 32 KiB-1
- * MiB 0.31-0.46x (the slots' steps wait for ranks to be scheduled). */
+ * MiB 0.31-0.46x (the slots' steps wait for ranks to be scheduled). Past it, rank 0
+ * picks between the two by timing both (pick.h): in stretches where the host had
+ * moved the vCPUs apart, the slots' all-to-all at 2 ranks took 2.9-4.4x OpenMPI's
+ * time with unchanged data (256 KiB blocks 129 us against 29.9, 1 MiB 494 against
+ * 113, 4 MiB 2077 against 721; the benchmark's alltoall_2r). With the pick, 2 ranks,
+ * unchanged data, median of 11 calls per way and round, in us, the pick (the slots
+ * alone, MPI): 3 rounds apart (round trip 487-493 ns), 256 KiB 32 (140, 30), 1 MiB
+ * 110 (555, 104), 4 MiB 795 (2623, 649); usual rounds (108-127 ns), 12 runs of 3
+ * rounds, 6 with the pick and 6 without, alike: 256 KiB 22-28, 1 MiB 76-84 (the
+ * slots alone 75-80). Some runs, with the pick or without, had lockstep's
+ * communicator at 96-108 at 1 MiB in every round, while a trace showed it taking the
+ * slots in every call but the looks: that communicator, not the pick. */
 #define LS_CMA_MAX_SLOW ((size_t)160 * 1024)
 /* The header's kernel_copy. Rank 0 times process_vm_readv of its own memory against
  * memcpy of the same bytes at create (ls_kernel_copy_measure): slow when the kernel's
@@ -462,11 +478,24 @@ void ls_cma_drain(lockstep_comm_t *c);
 /* src: what peers may read, dst: where they may write (src NULL: neither, as when
  * c->cma is 0) */
 void ls_cma_post(lockstep_comm_t *c, const void *src, void *dst);
-/* after ls_cma_post: whether this rank has copied its first chunk into the slots
- * before announcing (allreduce.c); after the announcement, whether every other rank
- * has */
+/* after ls_cma_post: whether this rank has copied into the slots before announcing
+ * (allreduce.c, gather.c, exchange.c); after the announcement, whether every other
+ * rank has */
 void ls_cma_post_early(lockstep_comm_t *c, int early);
 int ls_cma_early_peers(const lockstep_comm_t *c);
+
+/* For ls_pick_way, a call that went through the slots: 0, or -2 (not timed) where this
+ * rank copied in before announcing and some peer did not. That peer read rank 0's
+ * choice before rank 0 had stored it (calls back to back: it started this call while
+ * rank 0 was still ending the last), so it held its copy back for single copy, and
+ * its late copy and the step that waits for it would count against the slots. The
+ * next call goes the same way, and by then every peer has read the choice: it was
+ * stored before rank 0 announced this call. Without this, 2 ranks, small-path
+ * allgathers of 64 KiB back to back: every look at the slots cost 3-6x their time. */
+static inline int ls_pick_slots(const lockstep_comm_t *c, int copied)
+{
+    return c->timing >= 0 && copied && !ls_cma_early_peers(c) ? -2 : 0;
+}
 /* after the announcement: whether rank r posted its c->cma, and how many ranks did
  * (single copy when all) */
 int ls_cma_ok(const lockstep_comm_t *c, int r);

@@ -113,27 +113,43 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
      * the other order: 1.35-1.44x) */
     int small = total <= c->hdr->exchange_small;
     int slow = ls_cma_slow(c);
-    int cma_try = alltoall && !small && bytes >= (ls_fits(c) && !slow ? LS_CMA_MIN_FITS : LS_CMA_MIN) &&
-                  !(slow && bytes > LS_CMA_MAX_SLOW) && !zc_mine && c->cma; /* no copy in, then */
+    int cma_ok = alltoall && !small && !zc_mine && c->cma;
+    int cma_try = cma_ok && bytes >= (ls_fits(c) && !slow ? LS_CMA_MIN_FITS : LS_CMA_MIN) &&
+                  !(slow && bytes > LS_CMA_MAX_SLOW);
+    int by_slots = !cma_try; /* the way this rank expects the call to go: copy in early */
+    if (cma_ok && slow && bytes > LS_CMA_MAX_SLOW) {
+        /* rank 0 picks (pick.h); the others offer single copy in every such call, and
+         * copy in early as rank 0 last chose for the class (the small allgather's
+         * reasons, gather.c) */
+        int cls = LS_PICK_ALLTOALL + ls_pick_size(bytes, LS_CMA_MAX_SLOW);
+        cma_try = 1;
+        if (me == 0) /* the only writer of state->pick: this is its own choice */
+            cma_try = ls_pick_start(c, cls, bytes);
+        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+    }
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH;
-    int copied = !zc_mine && !cma_try && (small || may_early);
+    int copied = !zc_mine && by_slots && (small || may_early);
     if (copied && small)
         memcpy(ls_small(c, me, b), send, total);
     else if (copied)
         copy_parts(c, send, count, 0, count < piece ? count : piece, piece, es, ls_chunk(c, me, first));
     ls_zc_post(c, zmine.send, zmine.recv);
-    if (alltoall && !small)
+    int posts = alltoall && !small; /* the same on every rank */
+    if (posts) {
         ls_cma_post(c, cma_try ? send : NULL, recv);
+        ls_cma_post_early(c, copied);
+    }
     if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
         return rc;
     int zc = ls_zc_count(c); /* ranks with buffers */
-    int late = zc + (alltoall && !small ? ls_cma_count(c) : 0); /* ranks that did not copy in before announcing */
+    int cma = posts ? ls_cma_count(c) : 0; /* ranks that offered single copy */
     uint64_t deadline = ls_comm_deadline(c);
+    ls_pick_way(c, zc == 0 && cma == N ? 1 : cma_try ? -1 : ls_pick_slots(c, copied));
 
-    if (alltoall && zc == 0 && late == N) { /* single copy: each of my blocks into its rank's recv */
+    if (zc == 0 && cma == N) { /* single copy: each of my blocks into its rank's recv */
         const char *in_blocks = send;
         for (int i = 1; i < N; i++) {
             int k = (me + i) % N; /* rotated: ranks start on different peers */
@@ -152,7 +168,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     }
 
     if (small) {
-        if (late) { /* the ranks that did not copy in before announcing do now, and say so */
+        if (zc) { /* the ranks that did not copy in before announcing do now, and say so */
             if (!copied)
                 memcpy(ls_small(c, me, b), send, total);
             if ((rc = ls_comm_step(c, deadline)) != 0)
@@ -164,7 +180,8 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         return 0;
     }
 
-    int early = may_early && late == 0;
+    int early = copied && (posts ? ls_cma_early_peers(c) : zc == 0); /* every rank copied in
+                                                                         chunk 0 early */
     char *out = recv;
     unsigned j = 0;
     for (size_t off = 0; off < count; off += piece, j++) {

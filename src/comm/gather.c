@@ -519,32 +519,43 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         int inl = bytes <= LS_INLINE_BYTES;
         size_t at = ls_inline_at(bytes);
         /* from ALLGATHER_SMALL_PICK_MIN (the same on every rank) every rank posts
-         * whether it offers single copy, and rank 0 picks (pick.h): the others offer
-         * it as rank 0 last chose for the class, in the state line, and a rank that
-         * offers copies nothing before announcing */
-        int posts = bytes >= ALLGATHER_SMALL_PICK_MIN, offer = 0;
+         * whether it offers single copy and whether it copied into the slots before
+         * announcing, and rank 0 picks (pick.h): the others offer single copy in every
+         * such call, so that rank 0's offer decides, and hold their copy back when
+         * rank 0's last choice for the class, in the state line, was single copy. Had
+         * they offered only as they read that choice, then in calls back to back,
+         * where a peer reads it before rank 0 has stored the new one, every look at
+         * single copy would have found a peer not offering (2 ranks, 64 KiB: all 7
+         * looks in 300 calls) and single copy would never have run. */
+        int posts = bytes >= ALLGATHER_SMALL_PICK_MIN, offer = 0, held = 0;
         if (posts && c->cma && ls_fits(c)) {
             int cls = LS_PICK_ALLGATHER_SMALL + (int)xfer * LS_PICK_SIZES + ls_pick_size(bytes, ALLGATHER_SMALL_PICK_MIN);
-            offer = me == 0 ? ls_pick_start(c, cls, bytes) : __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED);
+            offer = 1;
+            if (me == 0) /* the only writer of state->pick: this is its own choice */
+                offer = ls_pick_start(c, cls, bytes);
+            held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
         }
         if (inl) {
             if (bytes)
                 memcpy(ls_ctl(c, me)->ann[b].data + at, in, bytes);
-        } else if (!offer) {
+        } else if (!held) {
             copy_to_small(c, in, bytes, xfer, peers, np, b);
         }
-        if (posts)
+        if (posts) {
             ls_cma_post(c, offer ? in : NULL, out);
+            ls_cma_post_early(c, !held);
+        }
         rc = announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes);
         if (rc || !bytes)
             return rc;
         if (posts) {
             int n = ls_cma_count(c);
-            ls_pick_way(c, n == N ? 1 : offer ? -1 : 0);
+            ls_pick_way(c, n == N ? 1 : offer ? -1 : ls_pick_slots(c, !held));
             if (n == N)
                 return allgather_single_copy(c, in, out, bytes, xfer, peers, np);
-            if (n) { /* some ranks held their copy back: they copy now, and one step */
-                if (offer)
+            if (held || !ls_cma_early_peers(c)) { /* some ranks held their copy back:
+                                                     they copy now, and one step */
+                if (held)
                     copy_to_small(c, in, bytes, xfer, peers, np, b);
                 if ((rc = ls_comm_step(c, ls_comm_deadline(c))) != 0)
                     return rc;

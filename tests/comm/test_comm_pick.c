@@ -1,6 +1,6 @@
-/* The choice of way by timing both (src/comm/pick.h: large allreduces and allgathers
- * where kernel copies are slow, small-path allgathers from 16 KiB blocks, 2-rank
- * broadcasts past 512 KiB), on costs written out: which way each next call takes, as
+/* The choice of way by timing both (src/comm/pick.h: large allreduces, allgathers and
+ * all-to-alls where kernel copies are slow, small-path allgathers from 16 KiB blocks,
+ * 2-rank broadcasts past 512 KiB), on costs written out: which way each next call takes, as
  * ls_pick_record returns it and as ls_pick_next (which the large broadcast's and
  * allgather's picking rank asks before each call) gives it, alike.
  *

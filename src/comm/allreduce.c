@@ -124,12 +124,12 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * (see below: there the slots of 4 ranks on 2 CPUs took 12970 us at 16 MiB in one
  * benchmark run, 1.24x MPI_Allreduce's, against 4029 in the run before). So with more
  * ranks than CPUs rank 0 picks from SINGLE_COPY_PICK_MIN up, at any size and kernel
- * copy speed. 4 ranks,
- * f32, new data every call, median of 7 calls per round, in us, the pick (the slots
- * alone, MPI): 8 apart rounds (round trip 212-259 ns), 1 MiB 427-1308 (884-1105,
- * 1461-1806), 4 MiB 2453-3904 (3867-4801, 4046-5158), 16 MiB 10013-12462
- * (15661-18042, 13992-19505); 20 usual rounds (63-82 ns), within each round's noise
- * of the slots at 256 KiB, 1 MiB and 16 MiB (16 MiB: 6777-11935 against 6711-14337).
+ * copy speed. 4 ranks, f32, new data every call, median of 7 calls per round, in us,
+ * the pick (the slots alone, MPI): 8 apart rounds (round trip 212-259 ns), 1 MiB
+ * 427-1308 (884-1105, 1461-1806), 4 MiB 2453-3904 (3867-4801, 4046-5158), 16 MiB
+ * 10013-12462 (15661-18042, 13992-19505); 20 usual rounds (63-82 ns), within each
+ * round's noise of the slots at 256 KiB, 1 MiB and 16 MiB (16 MiB: 6777-11935 against
+ * 6711-14337).
  * Where kernel copies are slow (ls_cma_slow) it usually loses: on a later machine that
  * also showed itself as AMD EPYC with 2 vCPUs, but whose process_vm_readv took 3.6-4x
  * memcpy's time, 2 ranks, f32, new data: 256 KiB 1.58x, 512 KiB 2.00x, 1 MiB 1.91x,

@@ -510,10 +510,22 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     size_t last = offsetof(ls_ctl_t, ann) + ((s - 1) & 1) * sizeof(ls_announce_t);
     struct ls_peer_words pw = {now + offsetof(ls_announce_t, seq), last + offsetof(ls_announce_t, where)};
     uint64_t deadline = LS_NO_DEADLINE_YET;
-    uint64_t waited = c->timing >= 0 ? lockstep_now_ns() : 0;
+    /* The others' late arrival is not the timed way's cost, while ranks fit the CPUs.
+     * With more ranks than CPUs a rank that waited here has often slept, and wakes up
+     * well after the last one arrived and began the call; leaving out the wait then
+     * leaves out the others' work too, the more so the fewer steps make them wait for
+     * this rank. 4 ranks on 2 CPUs, allreduces of 4 MiB back to back, rank 0's costs
+     * in ps per byte: less its wait, single copy's were 333-389 in half the calls and
+     * 711-891 in the others, against the slots' 415-525, so single copy (lowest cost
+     * 333) was preferred for stretches, though it took about twice the slots' time:
+     * the benchmark's allreduce_4r took 1300 us at 4 MiB (0.72x MPI_Allreduce, past
+     * the 0.5x target; 723 in the run before), and 6 calls back to back took 2251-2704
+     * against the slots' 2194-2337 (3 runs). With the wait: single copy's 656-916, the
+     * slots' 347-515; 1570-1807 against 1516-1739. */
+    uint64_t waited = c->timing >= 0 && ls_fits(c) ? lockstep_now_ns() : 0;
     if ((rc = wait_peers(c, pw, s, cpu, &deadline)) != 0)
         return rc;
-    if (c->timing >= 0) /* the others' late arrival is not the timed way's cost */
+    if (waited)
         c->timing_from += lockstep_now_ns() - waited;
     if ((rc = ls_comm_verify(c)) == 0 && cpu >= 0)
         ls_comm_spread(c, cpu);

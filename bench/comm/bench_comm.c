@@ -140,16 +140,26 @@ static int do_bare(struct ctx *c)
     return 0;
 }
 
-/* One batch of iters calls of impl; returns us per call as seen by rank 0. */
+static void call(call_fn fn, struct ctx *c, int impl)
+{
+    if (fn(c, impl) != 0) {
+        fprintf(stderr, "call failed (impl %d, %zu bytes)\n", impl, c->bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+/* One batch of iters calls of impl, after one call untimed; returns us per call, the
+ * slowest rank's. The rows take turns batch by batch, so without that call a row's
+ * first would pay for the row before it (its buffers out of the caches): at
+ * allgather_2r 4 MiB, rotated-pull, the only PULL row after one on the shared buffer
+ * (buffer-push), took 1.11-1.21x linear-pull's time in every run, for the same work. */
 static double batch(call_fn fn, struct ctx *c, int impl, int iters)
 {
+    call(fn, c, impl);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now_us();
     for (int i = 0; i < iters; i++)
-        if (fn(c, impl) != 0) {
-            fprintf(stderr, "call failed (impl %d, %zu bytes)\n", impl, c->bytes);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        call(fn, c, impl);
     double t = (now_us() - t0) / iters, worst = 0;
     MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD); /* the slowest rank */
     return worst;

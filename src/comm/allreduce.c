@@ -99,8 +99,9 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
 
 /* Single copy (every rank's c->cma, no pool, no shared buffers; with ranks that fit
  * the CPUs at least SINGLE_COPY_MIN bytes, SINGLE_COPY_MIN_HALF for f16 and bf16, or
- * from SINGLE_COPY_PICK_MIN when rank 0 picks it; with more ranks than CPUs, from
- * SINGLE_COPY_PICK_MIN at any size when rank 0 picks it): as
+ * from SINGLE_COPY_PICK_MIN when rank 0 picks it; with more ranks than CPUs, up to
+ * PICK_PER_CPU_MAX per CPU, from SINGLE_COPY_PICK_MIN at any size when rank 0 picks
+ * it): as
  * zero-copy, each rank reduces its 1/N of the elements over every rank's send into
  * every rank's recv, but through the kernel, from and to the peers' private memory:
  * process_vm_readv of its part of each peer's send into my chunk slots (free: no peer
@@ -123,8 +124,8 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * 1.21x; only 4 MiB won, 0.93x), but won where the host had moved the vCPUs apart
  * (see below: there the slots of 4 ranks on 2 CPUs took 12970 us at 16 MiB in one
  * benchmark run, 1.24x MPI_Allreduce's, against 4029 in the run before). So with more
- * ranks than CPUs rank 0 picks from SINGLE_COPY_PICK_MIN up, at any size and kernel
- * copy speed. 4 ranks, f32, new data every call, median of 7 calls per round, in us,
+ * ranks than CPUs (up to PICK_PER_CPU_MAX per CPU) rank 0 picks from
+ * SINGLE_COPY_PICK_MIN up, at any size and kernel copy speed. 4 ranks, f32, new data every call, median of 7 calls per round, in us,
  * the pick (the slots alone, MPI): 8 apart rounds (round trip 212-259 ns), 1 MiB
  * 427-1308 (884-1105, 1461-1806), 4 MiB 2453-3904 (3867-4801, 4046-5158), 16 MiB
  * 10013-12462 (15661-18042, 13992-19505); 20 usual rounds (63-82 ns), within each
@@ -158,6 +159,15 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
  * that follow apart ones, single copy runs on until a look finds the slots cheaper
  * again (single copy took 31.5 at 256 KiB). */
 #define SINGLE_COPY_PICK_MIN ((size_t)64 * 1024)
+
+/* With more ranks than CPUs, rank 0 picks only up to this many ranks per CPU (4 ranks
+ * on 2 CPUs); past it the slots stay the only way, as they were. At 8 ranks on the 2
+ * vCPUs the pick went astray: the benchmark's lockstep row took 66.3 us at 64 KiB and
+ * 674 at 1 MiB, against 39.8 and 395 for lockstep-mpi, the same calls on another
+ * communicator whose record had kept to the slots (386 at 1 MiB before the pick). With
+ * 4 ranks waiting per CPU, rank 0's wait for the others, which it counts there (see
+ * ls_comm_announce), is most of what it times. */
+#define PICK_PER_CPU_MAX 2
 
 static int allreduce_single_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
                                  lockstep_dtype_t dtype, lockstep_op_t op)
@@ -229,7 +239,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
      * others wait for a step; else chunk 0 is copied in before announcing. Ranks with
      * buffers copy nothing before they know whether every rank has one. */
     size_t cma_min = es == 2 ? SINGLE_COPY_MIN_HALF : SINGLE_COPY_MIN;
-    int cma_ok = !small && !zc_mine && c->cma && !c->pool;
+    int cma_ok = !small && !zc_mine && c->cma && !c->pool && c->per_cpu <= PICK_PER_CPU_MAX;
     int cma_try = cma_ok && ls_fits(c) && bytes >= cma_min;
     int by_slots = !cma_try; /* the way this rank expects the call to go */
     if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c) || !ls_fits(c))) {

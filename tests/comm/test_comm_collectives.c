@@ -508,8 +508,9 @@ static int body(int rank, int size, const char *job)
      * rides in the announcement; 16387 f32 = just over the 64 KiB small slot; 300007 =
      * chunked, odd; 70001: 4-byte types by single copy between 2 ranks that fit the CPUs
      * (from 256 KiB), 2-byte ones through the slots (below 512 KiB); with more ranks
-     * than CPUs, 70001 and 300007 go the way rank 0 picks, the first calls of each size
-     * class alternating (pick.h), so that both ways run here; 16 Mi = 64 MiB */
+     * than CPUs, up to 2 per CPU (3 and 4 ranks on 2 CPUs), 70001 and 300007 go the way
+     * rank 0 picks, the first calls of each size class alternating (pick.h), so that
+     * both ways run here; 16 Mi = 64 MiB */
     static const size_t counts[] = {0, 1, 7, 25, 26, 50, 51, 1000, 16383, 16387, 300007, 70001};
     for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
         for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)

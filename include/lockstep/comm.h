@@ -245,15 +245,16 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
  * that fit the CPUs use single copies only where they still won on such a machine
  * (all-to-all blocks of 32-160 KiB, PUSH allgather blocks up to 384 KiB, 2-rank
  * broadcasts of 64-512 KiB), and the slots elsewhere, except in allreduces from 256
- * KiB (512 KiB for f16 and bf16), allgathers past the small path (PUSH: past 384 KiB)
- * and 2-rank broadcasts past 512 KiB: there one rank (rank 0; the broadcast's
- * receiver) times both ways as the job runs and takes the cheaper, per size class,
- * looking at the other way now and then, because which wins can change while a job
- * runs (on a VM whose host moved its vCPUs apart, the slots took 2-12x their usual
- * time). So do, at any kernel copy speed, allreduces of 64-256 KiB (past the small
- * path; f16 and bf16 up to 512 KiB), 2-rank broadcasts of 512 KiB to 2 MiB and
- * allgathers of 16 KiB blocks or more on the small path. LOCKSTEP_KERNEL_COPY=fast or
- * slow on rank 0 skips the measure and decides (auto or unset: measure; anything
+ * KiB (512 KiB for f16 and bf16), allgathers past the small path (PUSH: past 384 KiB),
+ * all-to-all blocks past 160 KiB and 2-rank broadcasts past 512 KiB: there one rank
+ * (rank 0; the broadcast's receiver) times both ways as the job runs and takes the
+ * cheaper, per size class, looking at the other way now and then, because which wins
+ * can change while a job runs (on a VM whose host moved its vCPUs apart, the slots
+ * took 2-12x their usual time). So do, at any kernel copy speed, allreduces of 64-256
+ * KiB (past the small path; f16 and bf16 up to 512 KiB), 2-rank broadcasts of 512 KiB
+ * to 2 MiB and allgathers of 16 KiB blocks or more on the small path, and, where
+ * ranks outnumber the CPUs by up to 2 per CPU, allreduces from 64 KiB.
+ * LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 skips the measure and decides (auto or unset: measure; anything
  * else: lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why).
  * NULL with errno EINVAL for a NULL comm. */
 const char *lockstep_comm_kernel_copy(const lockstep_comm_t *comm);

@@ -244,11 +244,9 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     int by_slots = !cma_try; /* the way this rank expects the call to go */
     if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c) || !ls_fits(c))) {
         /* rank 0 picks, by timing both ways (pick.h); the others offer single copy */
-        cma_try = 1;
-        int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, SINGLE_COPY_PICK_MIN);
-        if (me == 0) /* the only writer of state->pick: this is its own choice */
-            cma_try = ls_pick_start(c, cls, bytes);
-        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+        int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, SINGLE_COPY_PICK_MIN), held;
+        cma_try = ls_pick_offer(c, cls, bytes, &held);
+        by_slots = !held;
     }
     size_t per_chunk = c->hdr->step_bytes / es;
     unsigned first = c->busy == 0 ? 1 : 0;

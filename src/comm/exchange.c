@@ -121,11 +121,9 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         /* rank 0 picks (pick.h); the others offer single copy in every such call, and
          * copy in early as rank 0 last chose for the class (the small allgather's
          * reasons, gather.c) */
-        int cls = LS_PICK_ALLTOALL + ls_pick_size(bytes, LS_CMA_MAX_SLOW);
-        cma_try = 1;
-        if (me == 0) /* the only writer of state->pick: this is its own choice */
-            cma_try = ls_pick_start(c, cls, bytes);
-        by_slots = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) == 0;
+        int cls = LS_PICK_ALLTOALL + ls_pick_size(bytes, LS_CMA_MAX_SLOW), held;
+        cma_try = ls_pick_offer(c, cls, bytes, &held);
+        by_slots = !held;
     }
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;

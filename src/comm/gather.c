@@ -47,9 +47,10 @@
  * its block into every peer's recv; one step ends the call. Where kernel copies are
  * slow, past PUSH's window and from ALLGATHER_PICK_MIN_PULL for PULL, rank 0 picks
  * between it and the slots by timing both (pick.h), and so it does on the small path
- * from ALLGATHER_SMALL_PICK_MIN (whatever the kernel's copy speed): there a rank that
- * offers single copy copies nothing before announcing, and if some rank did not offer
- * it, those that did copy into the slots after it, and one step more.
+ * from ALLGATHER_SMALL_PICK_MIN (whatever the kernel's copy speed): there a rank holds
+ * its copy into the slots back while rank 0's last choice was single copy, and if the
+ * call goes through the slots after all, those that held copy after announcing, and
+ * one step more.
  * The transfer is part of the call (the descriptor's op field): ranks that disagree on
  * it fail with LOCKSTEP_EMISMATCH, as they would copy from slots no one wrote. */
 #include <errno.h>
@@ -530,10 +531,7 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         int posts = bytes >= ALLGATHER_SMALL_PICK_MIN, offer = 0, held = 0;
         if (posts && c->cma && ls_fits(c)) {
             int cls = LS_PICK_ALLGATHER_SMALL + (int)xfer * LS_PICK_SIZES + ls_pick_size(bytes, ALLGATHER_SMALL_PICK_MIN);
-            offer = 1;
-            if (me == 0) /* the only writer of state->pick: this is its own choice */
-                offer = ls_pick_start(c, cls, bytes);
-            held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
+            offer = ls_pick_offer(c, cls, bytes, &held);
         }
         if (inl) {
             if (bytes)

@@ -648,6 +648,32 @@ class Options:
         return f"Options({', '.join(kw)})"
 
 
+_GLOO_TRIES = 3
+
+
+def _gloo(store, prefix, rank, size, timeout, what):
+    """A ProcessGroupGloo of `size` ranks over store, made by every one of them together.
+    Making one fails now and then in gloo's connections on one rank ("Gloo connectFullMesh
+    failed ... Connection closed by peer", 1 CI run in 11 here, in a group made right
+    after others), while the others' may have succeeded. So every rank tells the others
+    whether its own succeeded, and if any failed every rank drops its own and they make
+    one again under a new prefix, up to _GLOO_TRIES times."""
+    for attempt in range(_GLOO_TRIES):
+        at = f"{prefix}/{attempt}/"
+        try:
+            pg, err = dist.ProcessGroupGloo(dist.PrefixStore(at, store), rank, size, timeout), None
+        except RuntimeError as e:
+            pg, err = None, e
+        store.set(f"{at}made/{rank}", b"0" if pg is None else b"1")
+        failed = [r for r in range(size) if store.get(f"{at}made/{r}") != b"1"]
+        if not failed:
+            return pg
+        del pg  # closes its connections: the next try connects anew
+    mine = f"; on this rank: {err}" if err is not None else " (their own errors say why)"
+    raise RuntimeError(f"could not make the gloo group {what}: it failed on rank(s) {failed} of its {size}, "
+                       f"{_GLOO_TRIES} times{mine}") from err
+
+
 def _create(opts, options):
     if options is None:
         options = Options()
@@ -675,12 +701,12 @@ def _create(opts, options):
     try:  # the gloo groups: every rank of the group (of the leaders) takes part in making them
         p2p = None
         if options.point_to_point:
-            p2p = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/p2p/", store), rank, size, opts.timeout)
+            p2p = _gloo(store, f"{key}/p2p", rank, size, opts.timeout, "for point to point")
         if len(order) == 1:
             return LockstepGroup(c, rank, size, p2p)
         gloo = None
         if local[0] == rank:
-            gloo = dist.ProcessGroupGloo(dist.PrefixStore(f"{key}/leaders/", store), me, len(order), opts.timeout)
+            gloo = _gloo(store, f"{key}/leaders", me, len(order), opts.timeout, "of the hosts' leaders")
         return _Hosts(c, rank, size, hosts, gloo, p2p)
     except BaseException:
         c.close()  # not left open until the garbage collector finds it

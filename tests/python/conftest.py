@@ -40,9 +40,19 @@ def run_ranks(fn, size, timeout=120, expect_dead=()):
         except Exception:
             continue
         if status != "ok":
+            # the others' reports for a moment more: the first to arrive may be only a
+            # consequence of another rank's failure (a connection it closed, say)
+            failures, until = {rank: value}, time.monotonic() + 3
+            while len(results) + len(failures) < size and time.monotonic() < until:
+                try:
+                    r, st, v = q.get(timeout=0.2)
+                except Exception:
+                    continue
+                if st != "ok":
+                    failures[r] = v
             for p in procs:
                 p.kill()
-            pytest.fail(f"rank {rank} failed: {value}")
+            pytest.fail("\n".join(f"rank {r} failed: {v}" for r, v in sorted(failures.items())))
         results[rank] = value
     for p in procs:
         p.join(timeout=10)

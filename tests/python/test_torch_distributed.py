@@ -541,6 +541,52 @@ def test_a_group_made_again_on_the_same_store(tmp_path):
     assert not segments()
 
 
+def test_a_gloo_group_that_fails_on_one_rank_is_made_again(tmp_path):
+    """making the point-to-point gloo group fails on rank 1 once it has connected (as
+    when gloo's connections break there): every rank makes it again, and the group
+    works; failing every time, new_group raises on every rank, naming rank 1"""
+    def fn(rank, size):
+        import lockstep.distributed as ld
+        real, made = dist.ProcessGroupGloo, []
+
+        def failing(times):
+            def make(*args):
+                pg = real(*args)
+                made.append(1)
+                if rank == 1 and len(made) <= times:
+                    raise RuntimeError(f"injected failure {len(made)}")
+                return pg
+            return make
+
+        try:
+            dist.ProcessGroupGloo = failing(1)
+            g = dist.new_group()
+            assert len(made) == 2  # every rank made it twice
+            nxt, prv = (rank + 1) % size, (rank - 1) % size
+            got = torch.empty(2)
+            sent = dist.isend(torch.tensor([float(rank), 7.0]), nxt, group=g)
+            dist.recv(got, prv, group=g)
+            sent.wait()
+            assert got.tolist() == [prv, 7.0]
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t, group=g)
+            assert t.item() == sum(range(size))
+
+            del made[:]
+            dist.ProcessGroupGloo = failing(ld._GLOO_TRIES)
+            tail = "; on this rank: injected failure 3" if rank == 1 else r" \(their own errors say why\)"
+            with pytest.raises(RuntimeError, match=r"could not make the gloo group for point to point: it failed "
+                                                   r"on rank\(s\) \[1\] of its 3, 3 times" + tail):
+                dist.new_group()
+            assert len(made) == ld._GLOO_TRIES
+        finally:
+            dist.ProcessGroupGloo = real
+        return True
+
+    assert run_ranks(in_group(fn, tmp_path), 3) == {0: True, 1: True, 2: True}
+    assert not segments()
+
+
 def test_init_from_the_launchers_variables(tmp_path):
     script = tmp_path / "tp.py"
     script.write_text(

@@ -43,9 +43,11 @@
  * 0x70: rank 0's choices of way for large allreduces in the state line (pick);
  * 0x71: and for allgathers on the small path, whose ranks post for single copy;
  * 0x72: and for large all-to-alls; every rank offers single copy in both and posts
- * whether it copied into the slots before announcing. */
+ * whether it copied into the slots before announcing;
+ * 0x73: and the receiver's for 2-rank broadcasts on the small path below the single-copy
+ * window, whose ranks post whether they copied in before announcing too. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x72u
+#define LS_PROTOCOL 0x73u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
@@ -86,15 +88,18 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
  *     rank 0;
  *   LS_PICK_ALLTOALL: all-to-alls past LS_CMA_MAX_SLOW where kernel copies are slow,
  *     picked by rank 0;
- *   (rank 0's choices in these, the first LS_PICK_CLASSES, are in the state line: the
- *   others read them to know what to copy before announcing)
+ *   LS_PICK_BROADCAST_SMALL: 2-rank broadcasts on the small path below the single-copy
+ *     window (gather.c), picked by the receiver;
+ *   (the choices in these, the first LS_PICK_CLASSES, are in the state line: the others
+ *   read them to know what to copy before announcing)
  *   LS_PICK_ALLGATHER: large allgathers, PULL then PUSH, picked by rank 0;
  *   LS_PICK_BROADCAST: large broadcasts between 2 ranks, picked by the receiver. */
 #define LS_PICK_SIZES 8
 #define LS_PICK_ALLREDUCE 0
 #define LS_PICK_ALLGATHER_SMALL (2 * LS_PICK_SIZES)
 #define LS_PICK_ALLTOALL (4 * LS_PICK_SIZES)
-#define LS_PICK_CLASSES (5 * LS_PICK_SIZES) /* those in the state line */
+#define LS_PICK_BROADCAST_SMALL (5 * LS_PICK_SIZES)
+#define LS_PICK_CLASSES (6 * LS_PICK_SIZES) /* those in the state line */
 #define LS_PICK_ALLGATHER LS_PICK_CLASSES
 #define LS_PICK_BROADCAST (LS_PICK_ALLGATHER + 2 * LS_PICK_SIZES)
 #define LS_PICK_ALL (LS_PICK_BROADCAST + LS_PICK_SIZES)
@@ -111,8 +116,8 @@ static inline int ls_pick_size(size_t bytes, size_t min)
 typedef struct ls_seg_state {
     lockstep_waitword_t joined; /* ranks that have mapped the segment */
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
-    uint8_t pick[LS_PICK_CLASSES]; /* per class, the way of its next call, as rank 0
-                                      chose it: 0 the slots, 1 single copy */
+    uint8_t pick[LS_PICK_CLASSES]; /* per class, the way of its next call, as the rank
+                                      that picks chose it: 0 the slots, 1 single copy */
 } ls_seg_state_t;
 _Static_assert(sizeof(ls_seg_state_t) <= LS_LINE, "the state fits its line");
 
@@ -236,6 +241,7 @@ struct lockstep_comm {
     int timing_way;        /* its way: 0 the slots, 1 single copy, -1 single copy was
                               wanted and some rank could not take it */
     uint64_t timing_from;  /* its start, moved on by its wait for the announcements */
+    int timing_wait;       /* 1: that wait counts (ls_comm_announce) */
     size_t timing_bytes;   /* its size: the cost is per byte */
 };
 
@@ -274,6 +280,7 @@ int ls_comm_refuse(lockstep_comm_t *c);
 static inline int ls_pick_start(lockstep_comm_t *c, int cls, size_t bytes)
 {
     c->timing = cls;
+    c->timing_wait = 0;
     c->timing_bytes = bytes;
     c->timing_from = lockstep_now_ns();
     return cls < LS_PICK_CLASSES ? __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED)

@@ -39,7 +39,8 @@
  * root writes the first half into the receiver's buf while the receiver reads the
  * second half from the root's, each a single copy (split_broadcast). Past
  * BCAST_CMA_HIGH where that is not the fixed way (below BCAST_CMA_MIN, or kernel
- * copies slow), the receiver picks between it and the slots by timing both (pick.h).
+ * copies slow), and from BCAST_SMALL_PICK_MIN below BCAST_CMA_LOW, the receiver picks
+ * between it and the slots by timing both (pick.h).
  * Single copy, allgathers of ALLGATHER_CMA_MIN or more while ranks fit the CPUs (PUSH:
  * ALLGATHER_CMA_MIN_PUSH, or ALLGATHER_CMA_MIN_PUSH_OVERSUBSCRIBED when ranks outnumber
  * them) and every rank can reach its peers (and not zero-copy PUSH): with PULL each
@@ -159,6 +160,30 @@ static int bad_order(lockstep_order_t order, lockstep_xfer_t xfer)
  * slow (LS_KCOPY_SLOW), so this window holds wherever they are faster too. */
 #define BCAST_CMA_LOW ((size_t)64 * 1024)
 #define BCAST_CMA_HIGH ((size_t)512 * 1024)
+
+/* Below BCAST_CMA_LOW, from this size, on the small path: the receiver of a broadcast
+ * between 2 ranks that fit the CPUs picks between the slots and single copy by timing
+ * both (pick.h), at any kernel copy speed, as it picks past BCAST_CMA_HIGH. The root
+ * posts single copy in every such call and holds its copy into the slot back while the
+ * receiver's last choice (in the state line) was single copy; each posts whether it
+ * copied in before announcing, and a call through the slots whose root held back copies
+ * late (late_copy), untimed. On the 2-vCPU AMD EPYC (a throwaway harness: per round,
+ * the round trip between the ranks, then the median of 5 batches of 100 calls back to
+ * back per way, the slowest rank's mean, PULL; in us, the slots / single copy /
+ * MPI_Bcast): in a stretch where the host had moved the vCPUs apart (round trip 243-263
+ * ns), unchanged data, 16 KiB 7.0-8.7 / 3.2-4.6 / 4.0-4.3, 32 KiB 14.7-19.0 / 3.9-4.6 /
+ * 5.1-5.3, 48 KiB 22-29 / 4.4-5.3 / 6.2-6.4; new data before every call (216-217 ns),
+ * 16 KiB 7.1-7.2 / 7.5-7.9 / 10.5-11.1, 32 KiB 15.0-15.1 / 12.5-12.8 / 22.3-22.5, 48 KiB
+ * 22.4-23.0 / 17.5-17.7 / 31.9-32.8. In the usual stretches (64-66 ns), unchanged data:
+ * 16 KiB 1.7-2.3 / 2.4-3.3 / 3.3, 32 KiB 3.8-4.9 / 3.1-3.9 / 4.3-4.5; new data: 16 KiB
+ * 1.9 / 3.4-4.4 / 4.7-5.8, 32 KiB 4.1 / 5.0-6.2 / 8.2-9.3 (8 KiB and less: single copy
+ * 3-8x the slots' time in both). With the pick (the same harness; the pick / the slots
+ * / MPI_Bcast), apart (247-255 ns), unchanged data: 16 KiB 4.0-5.0 / 8.8-8.9 / 4.1-4.3,
+ * 32 KiB 4.7 / 18.4 / 5.2-5.3, 48 KiB 5.5-5.6 / 27.4-28.0 / 6.6; in 8 usual runs (61-69
+ * ns, unchanged and new data): 16 KiB 1.02-1.31x the slots' time (the looks at single
+ * copy, and the late copy in the call after each), 32 KiB 0.74-1.10x, 48 KiB
+ * 0.61-1.05x; 2 runs at 27-28 ns: 1.06-1.15x. */
+#define BCAST_SMALL_PICK_MIN ((size_t)16 * 1024)
 
 /* Up to small_bytes, a PUSH broadcast goes zero-copy (shared, split_broadcast) only
  * when its root's buf lies in the root's buffer too and the root would copy at least
@@ -341,6 +366,20 @@ static int single_copy_low(size_t bytes)
     return bytes >= BCAST_CMA_LOW && bytes <= BCAST_CMA_HIGH;
 }
 
+/* ... or as the receiver picks, on the small path (BCAST_SMALL_PICK_MIN) */
+static int single_copy_picked(size_t bytes)
+{
+    return bytes >= BCAST_SMALL_PICK_MIN && bytes < BCAST_CMA_LOW;
+}
+
+/* Its class: per root as well as per size, so that each choice in the state line is
+ * one rank's (the root's peer), however the roots take turns. Two size classes. */
+static int small_pick_class(size_t bytes, int root)
+{
+    _Static_assert(BCAST_CMA_LOW <= 4 * BCAST_SMALL_PICK_MIN, "two size classes per root");
+    return LS_PICK_BROADCAST_SMALL + 2 * root + ls_pick_size(bytes, BCAST_SMALL_PICK_MIN);
+}
+
 static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
                      lockstep_xfer_t xfer)
 {
@@ -365,10 +404,22 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         int posts = xfer == LOCKSTEP_PUSH && bytes * (size_t)np >= SMALL_ZERO_COPY_MIN;
         uint64_t where = posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
         /* 2 ranks (the same on every rank, as bytes): every rank posts whether it can
-         * take a single copy, and a root that can copies nothing before announcing */
-        int cma_posts = np == 1 && single_copy_low(bytes);
-        int cma_mine = cma_posts && c->cma && ls_fits(c);
-        int later = me == root && (where != LS_NO_OFFSET || cma_mine);
+         * take a single copy, and a root that can copies nothing before announcing;
+         * below the window, the receiver offers it as it picks, and the root holds its
+         * copy back while the receiver's last choice was single copy */
+        int picked = np == 1 && single_copy_picked(bytes);
+        int cma_posts = np == 1 && (single_copy_low(bytes) || picked);
+        int cma_mine = cma_posts && c->cma && ls_fits(c), held = cma_mine;
+        if (picked && cma_mine) {
+            int cls = small_pick_class(bytes, root);
+            if (me == root) {
+                held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
+            } else {
+                cma_mine = ls_pick_start(c, cls, bytes);
+                c->timing_wait = 1; /* the root's copy before announcing is the slots' */
+            }
+        }
+        int later = me == root && (where != LS_NO_OFFSET || held);
         if (me == root && bytes && !later) {
             if (bytes <= LS_INLINE_BYTES)
                 memcpy(ls_ctl(c, me)->ann[b].data + at, buf, bytes);
@@ -381,13 +432,21 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
             ls_zc_post(c, LS_NO_OFFSET, where);
         if (cma_posts)
             ls_cma_post(c, cma_mine ? buf : NULL, buf);
+        if (picked)
+            ls_cma_post_early(c, !later);
         if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
             return rc;
         if (posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET)
             return small_zero_copy(c, buf, bytes, root, peers, np);
-        if (cma_posts && ls_cma_count(c) == c->size)
+        int single = cma_posts && ls_cma_count(c) == c->size;
+        /* the root held its copy back (in the window: whenever it posted single copy) */
+        int held_back = picked ? (me == root ? later : !ls_cma_early_peers(c)) : ls_cma_ok(c, root);
+        int late = !single && cma_posts && held_back;
+        if (picked && me != root) /* a call through the slots with a late copy is not timed */
+            ls_pick_way(c, single ? 1 : cma_mine ? -1 : late ? -2 : 0);
+        if (single)
             return split_broadcast(c, buf, bytes, root, peers, np, 1, ls_comm_deadline(c));
-        if (cma_posts && ls_cma_ok(c, root)) /* the root held its copy back */
+        if (late)
             return late_copy(c, buf, bytes, root, peers, np, xfer);
         if (me != root && bytes)
             memcpy(buf,

@@ -1,8 +1,8 @@
 /* Choosing between two ways of making the same call by timing both: the slots or
  * single copy, for large allreduces, allgathers and all-to-alls where kernel copies
  * are slow, allreduces from 64 KiB, allgathers of 16 KiB blocks or more on the small
- * path and 2-rank broadcasts past 512 KiB (the classes: LS_PICK_ALLREDUCE in
- * comm_impl.h).
+ * path and 2-rank broadcasts of 16-64 KiB and past 512 KiB (the classes:
+ * LS_PICK_ALLREDUCE in comm_impl.h).
  *
  * Which way wins can change while a job runs, not only from one machine to the next.
  * On the 2-vCPU AMD EPYC VM where kernel copies are slow, the host moves the two vCPUs

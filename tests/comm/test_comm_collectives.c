@@ -564,8 +564,10 @@ static int body(int rank, int size, const char *job)
      * from 16 KiB on the small path (65536 both ways, 131075 and 262144 PULL) and,
      * where kernel copies are slow, past it, allgathers take single copy or the slots
      * as rank 0 picks, the first calls of a size class alternating (pick.h), so that
-     * both ways run here, and so do 2-rank broadcasts of 1048576 */
-    static const size_t sizes[] = {0, 1, 13, 64, 100, 101, 65536, 131075, 262144, 262145, 524288, 2621441, 1048576};
+     * both ways run here, and so do 2-rank broadcasts of 1048576, and of 40001 on the
+     * small path (the receiver picks; the roots take turns) */
+    static const size_t sizes[] = {0,      1,      13,     64,      100,     101,    65536,
+                                   131075, 262144, 262145, 524288, 2621441, 1048576, 40001};
     for (int order = 0; order <= LOCKSTEP_ORDER_TOPOLOGY; order++)
         for (int xfer = 0; xfer <= LOCKSTEP_PUSH; xfer++)
             for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {

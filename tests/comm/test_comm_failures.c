@@ -14,7 +14,7 @@
 
 #include "comm_harness.h"
 
-#define SEG_MAGIC 0x6c736372 /* comm_impl.h's LS_COMM_MAGIC */
+#define SEG_MAGIC 0x6c736373 /* comm_impl.h's LS_COMM_MAGIC */
 #include <sys/uio.h>
 
 /* LS_CMA_PIECE (src/comm/comm_impl.h): a single-copy write goes this much per check */

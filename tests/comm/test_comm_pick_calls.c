@@ -1,7 +1,8 @@
 /* The choice of way by timing both (src/comm/pick.h) in real calls, back to back, as a
  * loop of layers makes them: 2 ranks, kernel copies taken as slow
  * (LOCKSTEP_KERNEL_COPY=slow), so that small-path allgathers of 64 KiB blocks, large
- * all-to-alls and allreduces of 400 KB all pick. After each run of calls, rank 0's own
+ * all-to-alls, allreduces of 400 KB and small-path broadcasts of 20000 bytes from rank 1
+ * (picked by their receiver, rank 0) all pick. After each run of calls, rank 0's own
  * record (white box: lockstep_comm's pick, comm_impl.h) must hold a cost for both ways
  * in every class the calls went through: each way ran and was timed. Every result is
  * checked too.
@@ -24,6 +25,7 @@
 #define BLOCK ((size_t)64 * 1024)   /* small-path allgather, PULL */
 #define A2A ((size_t)300001)        /* all-to-all blocks, past LS_CMA_MAX_SLOW */
 #define AR_COUNT ((size_t)100003)   /* f32 allreduce, 400 KB */
+#define BCAST ((size_t)20000)       /* broadcast from rank 1, small path, below 64 KiB */
 #define CALLS 80                    /* per collective: past LS_PICK_EVERY_MIN looks */
 
 /* rank 0: every class from first to first + n that had calls has a cost for both ways */
@@ -120,7 +122,24 @@ static int rank_main(int rank, int size, const char *job)
     free(v);
     munmap(sum, AR_COUNT * sizeof *sum);
 
+    /* the root (rank 1) runs ahead of its receiver: it returns once both have
+     * announced, through the slots, so it often reads the receiver's choice before the
+     * receiver has stored the new one */
+    unsigned char *bc = recv_pages(BCAST);
+    CHECK(bc);
+    memset(bc, 7, BCAST);
+    for (int i = 0; i < CALLS; i++) {
+        if (rank == 1)
+            bc[0] = (unsigned char)i, bc[BCAST - 1] = (unsigned char)(255 - i);
+        slower(rank, bc, BCAST);
+        CHECK_EQ(lockstep_comm_broadcast(c, bc, BCAST, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+        CHECK(bc[0] == (unsigned char)i && bc[BCAST / 2] == 7 &&
+              bc[BCAST - 1] == (unsigned char)(255 - i));
+    }
+    munmap(bc, BCAST);
+
     if (rank == 0) {
+        bad |= both_timed(c, LS_PICK_BROADCAST_SMALL, LS_PICK_SIZES, "broadcast, small path");
         bad |= both_timed(c, LS_PICK_ALLGATHER_SMALL, 2 * LS_PICK_SIZES, "allgather, small path");
         bad |= both_timed(c, LS_PICK_ALLTOALL, LS_PICK_SIZES, "all-to-all");
         bad |= both_timed(c, LS_PICK_ALLREDUCE, 2 * LS_PICK_SIZES, "allreduce");

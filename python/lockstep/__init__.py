@@ -440,8 +440,9 @@ class Comm:
         that fit the CPUs use such copies only at the sizes where they still won, and in
         allreduces from 64 KiB (also with up to 2 ranks per CPU where ranks outnumber
         the CPUs), allgathers from 16 KiB blocks, all-to-alls of blocks past 160 KiB
-        and 2-rank broadcasts past 512 KiB when the rank that picks (rank 0; the
-        broadcast's receiver), timing both ways as the job runs, finds them cheaper.
+        and 2-rank broadcasts of 16-64 KiB and past 512 KiB when the rank that picks
+        (rank 0; the broadcast's receiver), timing both ways as the job runs, finds
+        them cheaper.
         LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 decides instead (auto: measure)."""
         return self._c.kernel_copy
 

@@ -120,7 +120,8 @@ int ls_cma_early_peers(const lockstep_comm_t *c)
     return 1;
 }
 
-int ls_cma_ok(const lockstep_comm_t *c, int r)
+/* whether rank r posted its c->cma */
+static int cma_ok(const lockstep_comm_t *c, int r)
 {
     return r == c->rank ? c->cma_posted : posted(c, r, c->seq).ok != 0;
 }
@@ -129,7 +130,7 @@ int ls_cma_count(const lockstep_comm_t *c)
 {
     int n = 0;
     for (int r = 0; r < c->size; r++)
-        n += ls_cma_ok(c, r);
+        n += cma_ok(c, r);
     return n;
 }
 

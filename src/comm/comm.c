@@ -521,10 +521,9 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
      * the benchmark's allreduce_4r took 1300 us at 4 MiB (0.72x MPI_Allreduce, past
      * the 0.5x target; 723 in the run before), and 6 calls back to back took 2251-2704
      * against the slots' 2194-2337 (3 runs). With the wait: single copy's 656-916, the
-     * slots' 347-515; 1570-1807 against 1516-1739. And it counts where the call sets
-     * timing_wait: a small broadcast's root copies into the slots before announcing,
-     * and that copy is the slots' cost. */
-    uint64_t waited = c->timing >= 0 && ls_fits(c) && !c->timing_wait ? lockstep_now_ns() : 0;
+     * slots' 347-515; 1570-1807 against 1516-1739. It counts in some classes too
+     * (ls_pick_counts_wait). */
+    uint64_t waited = c->timing >= 0 && ls_fits(c) && !ls_pick_counts_wait(c->timing) ? lockstep_now_ns() : 0;
     if ((rc = wait_peers(c, pw, s, cpu, &deadline)) != 0)
         return rc;
     if (waited)

@@ -45,7 +45,8 @@
  * 0x72: and for large all-to-alls; every rank offers single copy in both and posts
  * whether it copied into the slots before announcing;
  * 0x73: and the receiver's for 2-rank broadcasts on the small path below the single-copy
- * window, whose ranks post whether they copied in before announcing too. */
+ * window; in 2-rank small broadcasts that post for single copy, ranks post whether they
+ * copied in before announcing too. */
 #define LS_MAGIC_BASE 0x6c736300u
 #define LS_PROTOCOL 0x73u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
@@ -103,6 +104,14 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
 #define LS_PICK_ALLGATHER LS_PICK_CLASSES
 #define LS_PICK_BROADCAST (LS_PICK_ALLGATHER + 2 * LS_PICK_SIZES)
 #define LS_PICK_ALL (LS_PICK_BROADCAST + LS_PICK_SIZES)
+
+/* Whether the picking rank's wait for the others' announcements counts in a call's
+ * cost (ls_comm_announce): in a small broadcast the root copies into the slots before
+ * announcing, and that copy is the slots' cost */
+static inline int ls_pick_counts_wait(int cls)
+{
+    return cls >= LS_PICK_BROADCAST_SMALL && cls < LS_PICK_BROADCAST_SMALL + LS_PICK_SIZES;
+}
 
 /* The size class of bytes (>= min) within a class of calls */
 static inline int ls_pick_size(size_t bytes, size_t min)
@@ -241,7 +250,6 @@ struct lockstep_comm {
     int timing_way;        /* its way: 0 the slots, 1 single copy, -1 single copy was
                               wanted and some rank could not take it */
     uint64_t timing_from;  /* its start, moved on by its wait for the announcements */
-    int timing_wait;       /* 1: that wait counts (ls_comm_announce) */
     size_t timing_bytes;   /* its size: the cost is per byte */
 };
 
@@ -280,7 +288,6 @@ int ls_comm_refuse(lockstep_comm_t *c);
 static inline int ls_pick_start(lockstep_comm_t *c, int cls, size_t bytes)
 {
     c->timing = cls;
-    c->timing_wait = 0;
     c->timing_bytes = bytes;
     c->timing_from = lockstep_now_ns();
     return cls < LS_PICK_CLASSES ? __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED)
@@ -516,9 +523,7 @@ static inline int ls_pick_slots(const lockstep_comm_t *c, int copied)
 {
     return c->timing >= 0 && copied && !ls_cma_early_peers(c) ? -2 : 0;
 }
-/* after the announcement: whether rank r posted its c->cma, and how many ranks did
- * (single copy when all) */
-int ls_cma_ok(const lockstep_comm_t *c, int r);
+/* after the announcement: how many ranks posted their c->cma (single copy when all) */
 int ls_cma_count(const lockstep_comm_t *c);
 /* n bytes from rank r's posted source + at into dst: 0, or the error that breaks the
  * communicator (LOCKSTEP_EPEERDIED if r is gone, EIO otherwise) */

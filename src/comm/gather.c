@@ -412,12 +412,10 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         int cma_mine = cma_posts && c->cma && ls_fits(c), held = cma_mine;
         if (picked && cma_mine) {
             int cls = small_pick_class(bytes, root);
-            if (me == root) {
+            if (me == root)
                 held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
-            } else {
+            else
                 cma_mine = ls_pick_start(c, cls, bytes);
-                c->timing_wait = 1; /* the root's copy before announcing is the slots' */
-            }
         }
         int later = me == root && (where != LS_NO_OFFSET || held);
         if (me == root && bytes && !later) {
@@ -430,18 +428,17 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         }
         if (posts) /* after the copy, as for allreduce */
             ls_zc_post(c, LS_NO_OFFSET, where);
-        if (cma_posts)
+        if (cma_posts) {
             ls_cma_post(c, cma_mine ? buf : NULL, buf);
-        if (picked)
             ls_cma_post_early(c, !later);
+        }
         if ((rc = announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
             return rc;
         if (posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET)
             return small_zero_copy(c, buf, bytes, root, peers, np);
         int single = cma_posts && ls_cma_count(c) == c->size;
-        /* the root held its copy back (in the window: whenever it posted single copy) */
-        int held_back = picked ? (me == root ? later : !ls_cma_early_peers(c)) : ls_cma_ok(c, root);
-        int late = !single && cma_posts && held_back;
+        /* the root held its copy back (as it posted) */
+        int late = !single && cma_posts && (me == root ? later : !ls_cma_early_peers(c));
         if (picked && me != root) /* a call through the slots with a late copy is not timed */
             ls_pick_way(c, single ? 1 : cma_mine ? -1 : late ? -2 : 0);
         if (single)

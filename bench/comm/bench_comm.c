@@ -1,6 +1,7 @@
 /* lockstep's collectives against OpenMPI's, in the same processes, interleaved.
  * Launched by `lockstep bench comm` as: mpirun -n N bench_comm [quick]
- * Rank 0 prints JSON rows {"workload", "impl", "param" (bytes), "unit": "us", "reps"}.
+ * Rank 0 prints JSON rows {"workload", "impl", "param" (bytes), "unit": "us" (roundtrip
+ * rows: "ns"), "reps"}.
  *   allreduce_<N>r            — f32 sum, lockstep (auto switch) vs MPI_Allreduce; and
  *                                lockstep-buffer: the same call on an array in the
  *                                communicator's shared buffer (zero-copy)
@@ -54,6 +55,8 @@
  *                                does. An unchanged buffer flatters single-copy transfers
  *                                (OpenMPI reads the sender's memory with CMA): its lines
  *                                stay clean and end up cached on the reader's core.
+ *   roundtrip_<N>r            — the host's state while each table's rows ran (see
+ *                                round_trip): row <table>, param its message size, in ns
  * Each sample is the mean of a timed batch started together (MPI_Barrier); batches
  * of every implementation alternate, so drift on a shared machine hits all alike. */
 #define _GNU_SOURCE
@@ -87,6 +90,7 @@ struct ctx {
     int size;
     int bare_yield;          /* ranks outnumber CPUs: the bare exchange yields as it waits */
     struct bare_rank **bare; /* every rank's part of the shared window */
+    int *cpus;               /* round_trip's: where each rank runs */
     uint32_t bare_seq;
 };
 
@@ -101,6 +105,7 @@ struct ctx {
 struct bare_rank {
     uint32_t flag[2][32]; /* one 128-byte line each */
     float slot[2][64];    /* BARE_MAX bytes each, 128-byte aligned */
+    uint32_t ping[32];    /* rank 0's: the round trip's line (round_trip) */
 };
 _Static_assert(sizeof(float[64]) == BARE_MAX, "a slot holds BARE_MAX bytes");
 
@@ -138,6 +143,57 @@ static int do_bare(struct ctx *c)
             c->a[i] += in[i];
     }
     return 0;
+}
+
+/* The host's state, measured between the rows' batches: the mean round trip of a
+ * cache line between rank 0 and the lowest rank that is on another CPU at the time,
+ * over RT_ROUNDS round trips, in ns; -1 when every rank is on rank 0's CPU or the
+ * other side stopped answering (a rank preempted for RT_GIVE_UP_NS). The hosts of these
+ * 2-vCPU machines run them close together in most stretches (60-70 ns) and move them
+ * apart in others (200-330 ns, for minutes at a time). In those both lockstep's and
+ * OpenMPI's collectives slow down, by different factors at different sizes (lockstep's
+ * large copying allreduce 1.5-3x: its stores into slot lines the other CPU has read wait
+ * for that CPU), so a ratio means little without its stretch: the roundtrip_<N>r table
+ * says which stretch each table and size was measured in. */
+#define RT_ROUNDS 400
+#define RT_GIVE_UP_NS 50000000ull
+
+static double round_trip(struct ctx *c)
+{
+    int cpu = sched_getcpu(), peer = -1;
+    MPI_Allgather(&cpu, 1, MPI_INT, c->cpus, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 1; r < c->size && peer < 0 && c->cpus[0] >= 0; r++)
+        if (c->cpus[r] >= 0 && c->cpus[r] != c->cpus[0])
+            peer = r;
+    uint32_t *line = &c->bare[0]->ping[0];
+    if (c->rank == 0)
+        __atomic_store_n(line, 0, __ATOMIC_RELAXED);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double ns = -1;
+    if (peer > 0 && (c->rank == 0 || c->rank == peer)) {
+        uint64_t t0 = lockstep_now_ns(), give_up = t0 + RT_GIVE_UP_NS;
+        int ok = 1;
+        for (uint32_t i = 0; ok && i < RT_ROUNDS; i++) {
+            uint32_t want = c->rank == 0 ? 2 * i + 2 : 2 * i + 1;
+            if (c->rank == 0)
+                __atomic_store_n(line, 2 * i + 1, __ATOMIC_RELEASE);
+            for (unsigned spins = 1; __atomic_load_n(line, __ATOMIC_ACQUIRE) != want; spins++) {
+#if defined(__x86_64__)
+                __builtin_ia32_pause();
+#endif
+                if (spins % 1024 == 0 && lockstep_now_ns() > give_up) {
+                    ok = 0;
+                    break;
+                }
+            }
+            if (ok && c->rank != 0)
+                __atomic_store_n(line, 2 * i + 2, __ATOMIC_RELEASE);
+        }
+        if (ok && c->rank == 0)
+            ns = (double)(lockstep_now_ns() - t0) / RT_ROUNDS;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return ns;
 }
 
 static void call(call_fn fn, struct ctx *c, int impl)
@@ -265,28 +321,54 @@ static int do_allgather(void *p, int impl)
     return lockstep_comm_allgather(c->ls[0], send, recv, c->bytes, order, xfer);
 }
 
-static void emit(int rank, const char *workload, const char *impl, size_t bytes, const double *r, int n)
+static void emit_unit(int rank, const char *workload, const char *impl, size_t bytes, const char *unit,
+                      const double *r, int n)
 {
     if (rank != 0)
         return;
-    printf("{\"workload\": \"%s\", \"impl\": \"%s\", \"param\": %zu, \"unit\": \"us\", \"reps\": [", workload, impl, bytes);
+    printf("{\"workload\": \"%s\", \"impl\": \"%s\", \"param\": %zu, \"unit\": \"%s\", \"reps\": [", workload, impl,
+           bytes, unit);
     for (int i = 0; i < n; i++)
         printf("%s%.4g", i ? ", " : "", r[i]);
     printf("]}\n");
     fflush(stdout);
 }
 
+static void emit(int rank, const char *workload, const char *impl, size_t bytes, const double *r, int n)
+{
+    emit_unit(rank, workload, impl, bytes, "us", r, n);
+}
+
+/* the round trips measured during table `workload`'s rows at this size (those that
+ * were measured at all), as row `workload` of table roundtrip_<N>r */
+static void emit_round_trips(const struct ctx *c, const char *workload, const double *rt, int n)
+{
+    double got[REPS];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (rt[i] >= 0)
+            got[k++] = rt[i];
+    char w[64];
+    snprintf(w, sizeof w, "roundtrip_%dr", c->size);
+    if (k)
+        emit_unit(c->rank, w, workload, c->bytes, "ns", got, k);
+}
+
 static void run(int rank, const char *workload, call_fn fn, struct ctx *c, const char *const *names, int nimpl)
 {
     double r[MAXIMPL][REPS];
+    double rt[REPS];
     int it = iters_for(c->bytes);
     for (int i = 0; i < nimpl; i++)
         batch(fn, c, i, it / 4 + 1); /* warm up every path */
-    for (int rep = 0; rep < REPS; rep++)
+    for (int rep = 0; rep < REPS; rep++) {
         for (int i = 0; i < nimpl; i++)
             r[i][rep] = batch(fn, c, i, it);
+        rt[rep] = round_trip(c);
+    }
     for (int i = 0; i < nimpl; i++)
         emit(rank, workload, names[i], c->bytes, r[i], REPS);
+    emit_round_trips(c, workload, rt, REPS);
 }
 
 int main(int argc, char **argv)
@@ -346,7 +428,8 @@ int main(int argc, char **argv)
     c.bare_yield = size > lockstep_cpus_available();
     struct bare_rank *mine = NULL;
     c.bare = calloc((size_t)size, sizeof *c.bare);
-    if (!c.bare || MPI_Win_allocate_shared((MPI_Aint)sizeof *mine, 128, MPI_INFO_NULL, MPI_COMM_WORLD, &mine,
+    c.cpus = calloc((size_t)size, sizeof *c.cpus);
+    if (!c.bare || !c.cpus || MPI_Win_allocate_shared((MPI_Aint)sizeof *mine, 128, MPI_INFO_NULL, MPI_COMM_WORLD, &mine,
                                            &bare_win) != MPI_SUCCESS) {
         fprintf(stderr, "bench_comm rank %d: no shared window for the bare exchange\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -372,14 +455,17 @@ int main(int argc, char **argv)
     for (size_t bytes = 4; bytes <= max_bytes; bytes *= 4) {
         c.bytes = bytes;
         snprintf(w, sizeof w, "allreduce_%dr", size);
-        double r[MAXIMPL][REPS];
+        double r[MAXIMPL][REPS], rt[REPS];
         int it = iters_for(bytes);
         int nimpl = bytes <= BARE_MAX ? 9 : 8;
         for (int i = 0; i < nimpl; i++)
             batch(do_allreduce, &c, i, it / 4 + 1);
-        for (int rep = 0; rep < REPS; rep++)
+        for (int rep = 0; rep < REPS; rep++) {
             for (int i = 0; i < nimpl; i++)
                 r[i][rep] = batch(do_allreduce, &c, i, it);
+            rt[rep] = round_trip(&c);
+        }
+        emit_round_trips(&c, w, rt, REPS);
         emit(rank, w, "openmpi", bytes, r[0], REPS);
         emit(rank, w, "lockstep", bytes, r[1], REPS);
         emit(rank, w, "lockstep-buffer", bytes, r[4], REPS);
@@ -429,6 +515,7 @@ int main(int argc, char **argv)
     if (bare_win != MPI_WIN_NULL)
         MPI_Win_free(&bare_win);
     free(c.bare);
+    free(c.cpus);
     MPI_Finalize();
     return 0;
 }

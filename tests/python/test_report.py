@@ -30,6 +30,9 @@ def test_targets_met_missed_and_absent():
         row("allreduce_4r", "openmpi", 4 << 20, 1000.0), row("allreduce_4r", "lockstep", 4 << 20, 650.0),
         row("allreduce_4r", "lockstep-buffer", 4 << 20, 250.0),
         row("allreduce_4r", "lockstep", 512 << 20, 1.0),  # past the range: not judged
+        row("roundtrip_4r", "allreduce_4r", 4 << 20, 251.4),  # the host's state at a miss: said with it
+        row("roundtrip_4r", "bcast_4r", 64, 70.0),  # another table's: not
+        row("roundtrip_2r", "allreduce_2r", 4, 65.0),  # a size that met: not
         row("python_overhead_2r", "c", 64, 0.2), row("python_overhead_2r", "python", 64, 0.5),
         row("python_overhead_4r", "c", 64, 1.0), row("python_overhead_4r", "python", 64, 2.75),
         row("python_overhead_8r", "python", 64, 1.0),  # no C row: not measured
@@ -42,7 +45,7 @@ def test_targets_met_missed_and_absent():
     assert m.comm_targets(rows) == [
         "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: met at all 2 sizes (worst 0.70x at 4 B)",
         "allreduce_2r lockstep, 1 MiB-16 MiB, <= 1.00x OpenMPI: missed at 1 MiB 1.01x",
-        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x",
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x (round trip 251 ns)",
         "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI: met at all 2 sizes (worst 0.40x at 64 B)",
         "python_overhead_2r, 64 B, Python's allreduce <= 1.5 us over the C call: met (0.30 us)",
         "python_overhead_2r, 64 B, Python's broadcast: 0.12 us over the C call",
@@ -61,3 +64,19 @@ def test_targets_without_rows():
         ("allreduce_4r", "lockstep", "4 B", "16 MiB", "0.50x"),
         ("allreduce_4r", "lockstep-buffer", "4 B", "16 MiB", "0.50x"))]
     assert m.size_name(3) == "3 B" and m.size_name(1536) == "1536 B" and m.size_name(2048) == "2 KiB"
+
+
+def test_round_trip_table(capsys):
+    """roundtrip_<N>r rows print as a table of their own, one row per table they were
+    measured with, without ratios."""
+    m = report()
+    rows = [row("allreduce_4r", "openmpi", 64, 2.0), row("allreduce_4r", "lockstep", 64, 1.0),
+            dict(row("roundtrip_4r", "allreduce_4r", 64, 251.4), unit="ns"),
+            dict(row("roundtrip_4r", "bcast_4r", 64, 64.5), unit="ns")]
+    m.print_tables(rows, "comm")
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(out) if line.startswith("## comm: roundtrip_4r"))
+    assert "(median ns of a cache line's round trip between rank 0 and a rank on another CPU" in out[head]
+    assert out[head + 3].split() == ["allreduce_4r", "251"]
+    assert out[head + 4].split() == ["bcast_4r", "64.5"]
+    assert out[head - 2].split() == ["lockstep", "1", "(0.50x)"]  # the tables before keep their ratios

@@ -150,11 +150,11 @@ static int do_bare(struct ctx *c)
  * over RT_ROUNDS round trips, in ns; -1 when every rank is on rank 0's CPU or the
  * other side stopped answering (a rank preempted for RT_GIVE_UP_NS). The hosts of these
  * 2-vCPU machines run them close together in most stretches (60-70 ns) and move them
- * apart in others (200-330 ns, for minutes at a time). In those both lockstep's and
- * OpenMPI's collectives slow down, by different factors at different sizes (lockstep's
- * large copying allreduce 1.5-3x: its stores into slot lines the other CPU has read wait
- * for that CPU), so a ratio means little without its stretch: the roundtrip_<N>r table
- * says which stretch each table and size was measured in. */
+ * apart in others (200-400 ns, for seconds to minutes at a time). In those both
+ * lockstep's and OpenMPI's collectives slow down, by different factors at different
+ * sizes (lockstep's large copying allreduce 1.5-3x: its stores into slot lines the
+ * other CPU has read wait for that CPU), so a ratio means little without its stretch:
+ * the roundtrip_<N>r table says which stretch each table and size was measured in. */
 #define RT_ROUNDS 400
 #define RT_GIVE_UP_NS 50000000ull
 

@@ -253,10 +253,10 @@ int lockstep_comm_size(const lockstep_comm_t *comm);
  * took 2-12x their usual time). So do, at any kernel copy speed, allreduces of 64-256
  * KiB (past the small path; f16 and bf16 up to 512 KiB), 2-rank broadcasts of 16-64
  * KiB and of 512 KiB to 2 MiB and allgathers of 16 KiB blocks or more on the small
- * path, and, where
- * ranks outnumber the CPUs by up to 2 per CPU, allreduces from 64 KiB.
- * LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 skips the measure and decides (auto or unset: measure; anything
- * else: lockstep_comm_create fails with EINVAL, lockstep_comm_params_check says why).
+ * path, and, where ranks outnumber the CPUs by up to 2 per CPU, allreduces from 64
+ * KiB. LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 skips the measure and decides (auto
+ * or unset: measure; anything else: lockstep_comm_create fails with EINVAL,
+ * lockstep_comm_params_check says why).
  * NULL with errno EINVAL for a NULL comm. */
 const char *lockstep_comm_kernel_copy(const lockstep_comm_t *comm);
 

@@ -245,7 +245,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     if (cma_ok && bytes >= SINGLE_COPY_PICK_MIN && (bytes < cma_min || ls_cma_slow(c) || !ls_fits(c))) {
         /* rank 0 picks, by timing both ways (pick.h); the others offer single copy */
         int cls = LS_PICK_ALLREDUCE + (es == 2) * LS_PICK_SIZES + ls_pick_size(bytes, SINGLE_COPY_PICK_MIN), held;
-        cma_try = ls_pick_offer(c, cls, bytes, &held);
+        cma_try = ls_pick_offer(c, cls, bytes, 0, &held);
         by_slots = !held;
     }
     size_t per_chunk = c->hdr->step_bytes / es;

@@ -294,15 +294,16 @@ static inline int ls_pick_start(lockstep_comm_t *c, int cls, size_t bytes)
                                  : ls_pick_next(&c->pick[cls]);
 }
 
-/* A class in the state line (cls < LS_PICK_CLASSES), picked by rank 0: the way this
- * rank offers (rank 0: its own choice, timed from here; the others: single copy in
- * every call, so that rank 0's offer decides), and in *held whether to hold its copy
- * into the slots back until after announcing (rank 0's last choice was single copy).
- * The others read that choice only for *held: in calls back to back one may read it
- * before rank 0 has stored the new one, and then merely copies late (ls_pick_slots). */
-static inline int ls_pick_offer(lockstep_comm_t *c, int cls, size_t bytes, int *held)
+/* A class in the state line (cls < LS_PICK_CLASSES), picked by rank `picker` (rank 0;
+ * a 2-rank broadcast's receiver): the way this rank offers (the picker: its own
+ * choice, timed from here; the others: single copy in every call, so that the picker's
+ * offer decides), and in *held whether to hold its copy into the slots back until
+ * after announcing (the picker's last choice was single copy). The others read that
+ * choice only for *held: in calls back to back one may read it before the picker has
+ * stored the new one, and then merely copies late (ls_pick_slots). */
+static inline int ls_pick_offer(lockstep_comm_t *c, int cls, size_t bytes, int picker, int *held)
 {
-    int offer = c->rank == 0 ? ls_pick_start(c, cls, bytes) : 1;
+    int offer = c->rank == picker ? ls_pick_start(c, cls, bytes) : 1;
     *held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
     return offer;
 }

@@ -122,7 +122,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
          * copy in early as rank 0 last chose for the class (the small allgather's
          * reasons, gather.c) */
         int cls = LS_PICK_ALLTOALL + ls_pick_size(bytes, LS_CMA_MAX_SLOW), held;
-        cma_try = ls_pick_offer(c, cls, bytes, &held);
+        cma_try = ls_pick_offer(c, cls, bytes, 0, &held);
         by_slots = !held;
     }
 

@@ -410,13 +410,8 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         int picked = np == 1 && single_copy_picked(bytes);
         int cma_posts = np == 1 && (single_copy_low(bytes) || picked);
         int cma_mine = cma_posts && c->cma && ls_fits(c), held = cma_mine;
-        if (picked && cma_mine) {
-            int cls = small_pick_class(bytes, root);
-            if (me == root)
-                held = __atomic_load_n(&c->state->pick[cls], __ATOMIC_RELAXED) != 0;
-            else
-                cma_mine = ls_pick_start(c, cls, bytes);
-        }
+        if (picked && cma_mine) /* the receiver (1 - root) picks */
+            cma_mine = ls_pick_offer(c, small_pick_class(bytes, root), bytes, 1 - root, &held);
         int later = me == root && (where != LS_NO_OFFSET || held);
         if (me == root && bytes && !later) {
             if (bytes <= LS_INLINE_BYTES)
@@ -587,7 +582,7 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         int posts = bytes >= ALLGATHER_SMALL_PICK_MIN, offer = 0, held = 0;
         if (posts && c->cma && ls_fits(c)) {
             int cls = LS_PICK_ALLGATHER_SMALL + (int)xfer * LS_PICK_SIZES + ls_pick_size(bytes, ALLGATHER_SMALL_PICK_MIN);
-            offer = ls_pick_offer(c, cls, bytes, &held);
+            offer = ls_pick_offer(c, cls, bytes, 0, &held);
         }
         if (inl) {
             if (bytes)

@@ -354,18 +354,24 @@ static void emit_round_trips(const struct ctx *c, const char *workload, const do
         emit_unit(c->rank, w, workload, c->bytes, "ns", got, k);
 }
 
-static void run(int rank, const char *workload, call_fn fn, struct ctx *c, const char *const *names, int nimpl)
+/* Impls 0 to nimpl - 1 at c->bytes: a batch of each to warm up every path, then REPS
+ * rounds of one batch each, every round followed by the host's state (rt) */
+static void measure(call_fn fn, struct ctx *c, int nimpl, double r[][REPS], double *rt)
 {
-    double r[MAXIMPL][REPS];
-    double rt[REPS];
     int it = iters_for(c->bytes);
     for (int i = 0; i < nimpl; i++)
-        batch(fn, c, i, it / 4 + 1); /* warm up every path */
+        batch(fn, c, i, it / 4 + 1);
     for (int rep = 0; rep < REPS; rep++) {
         for (int i = 0; i < nimpl; i++)
             r[i][rep] = batch(fn, c, i, it);
         rt[rep] = round_trip(c);
     }
+}
+
+static void run(int rank, const char *workload, call_fn fn, struct ctx *c, const char *const *names, int nimpl)
+{
+    double r[MAXIMPL][REPS], rt[REPS];
+    measure(fn, c, nimpl, r, rt);
     for (int i = 0; i < nimpl; i++)
         emit(rank, workload, names[i], c->bytes, r[i], REPS);
     emit_round_trips(c, workload, rt, REPS);
@@ -456,15 +462,8 @@ int main(int argc, char **argv)
         c.bytes = bytes;
         snprintf(w, sizeof w, "allreduce_%dr", size);
         double r[MAXIMPL][REPS], rt[REPS];
-        int it = iters_for(bytes);
         int nimpl = bytes <= BARE_MAX ? 9 : 8;
-        for (int i = 0; i < nimpl; i++)
-            batch(do_allreduce, &c, i, it / 4 + 1);
-        for (int rep = 0; rep < REPS; rep++) {
-            for (int i = 0; i < nimpl; i++)
-                r[i][rep] = batch(do_allreduce, &c, i, it);
-            rt[rep] = round_trip(&c);
-        }
+        measure(do_allreduce, &c, nimpl, r, rt);
         emit_round_trips(&c, w, rt, REPS);
         emit(rank, w, "openmpi", bytes, r[0], REPS);
         emit(rank, w, "lockstep", bytes, r[1], REPS);

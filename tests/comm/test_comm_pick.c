@@ -4,11 +4,14 @@
  * ls_pick_record returns it and as ls_pick_next (which the large broadcast's and
  * allgather's picking rank asks before each call) gives it, alike.
  *
- *   first    each way runs LS_PICK_FIRST times, alternating from the slots, then the
- *            cheaper is preferred;
- *   looks    the other way runs once every 8 calls, then 16, 32 and 64 while it stays
- *            dearer (farther for a way 4x dearer or more: 512 at 10x, 1024 at most),
- *            and every 8 again once the preference changes;
+ *   first    each way runs LS_PICK_FIRST (3) times in a row, the slots first, then
+ *            the cheaper is preferred; a way's first calls dearer than its last (the
+ *            lines moving to where it keeps them) do not count against it;
+ *   looks    the other way runs in a look of 3 calls in a row once every 8 calls,
+ *            then 16, 32, 64 and 128 while it stays dearer (farther for a way 3x
+ *            dearer or more: 512 at 5x, 1024 at most), and every 8 again once the
+ *            preference changes; a look's last call decides as much as its first,
+ *            and a look whose first call is cheaper by the margin hands over at once;
  *   change   the preferred way becoming dearer takes over after LS_PICK_KEEP calls,
  *            not before (one slow call is not enough), and only past the margin;
  *   none     a way that could not run is not preferred, even when it was;
@@ -32,14 +35,24 @@
         CHECK_EQ(ls_pick_next(p), (want));                                            \
     } while (0)
 
-/* from a new record, both ways timed twice: slots at a, single copy at b */
+/* from a new record, both ways timed 3 times: slots at a, single copy at b */
 static void start(ls_pick_t *p, uint64_t a, uint64_t b, int want)
 {
     memset(p, 0, sizeof *p);
+    STEP(p, 0, a, 0);
+    STEP(p, 0, a, 0);
     STEP(p, 0, a, 1);
-    STEP(p, 1, b, 0);
-    STEP(p, 0, a, 1);
+    STEP(p, 1, b, 1);
+    STEP(p, 1, b, 1);
     STEP(p, 1, b, want);
+}
+
+/* a look of 3 calls at `way`, each at `cost`, after which `want` runs */
+static void look(ls_pick_t *p, int way, uint64_t cost, int want)
+{
+    STEP(p, way, cost, way);
+    STEP(p, way, cost, way);
+    STEP(p, way, cost, want);
 }
 
 /* `calls` calls of the preferred way `pref` at `cost`, the last of which is followed
@@ -62,12 +75,24 @@ static int test_first(void)
     CHECK_EQ(p.pref, 1);
     /* one slow call of each kind in the first ones does not decide: the lowest counts */
     memset(&p, 0, sizeof p);
-    STEP(&p, 0, 5000, 1); /* first touch of the pages */
-    STEP(&p, 1, 200, 0);
+    STEP(&p, 0, 5000, 0); /* first touch of the pages */
+    STEP(&p, 0, 100, 0);
     STEP(&p, 0, 100, 1);
+    STEP(&p, 1, 200, 1);
+    STEP(&p, 1, 200, 1);
     STEP(&p, 1, 200, 0);
     CHECK_EQ(ls_pick_estimate(&p, 0), 100);
     CHECK_EQ(ls_pick_estimate(&p, 1), 200);
+    /* single copy's first calls pay for moving the lines, its third is its steady
+     * cost, and that one decides: 90 against the slots' 100 */
+    memset(&p, 0, sizeof p);
+    STEP(&p, 0, 100, 0);
+    STEP(&p, 0, 100, 0);
+    STEP(&p, 0, 100, 1);
+    STEP(&p, 1, 130, 1);
+    STEP(&p, 1, 150, 1);
+    STEP(&p, 1, 90, 1);
+    CHECK_EQ(p.pref, 1);
     memset(&p, 0, sizeof p);
     CHECK_EQ(ls_pick_estimate(&p, 0), LS_PICK_NONE);
     return 0;
@@ -81,7 +106,7 @@ static void looks_up_to(ls_pick_t *p, uint64_t dear, int last)
     start(p, 100, dear, 0);
     for (int every = 8; every <= last; every *= 2) {
         until_look(p, 0, 100, every);
-        STEP(p, 1, dear, 0);
+        look(p, 1, dear, 0);
     }
     until_look(p, 0, 100, last);
 }
@@ -90,22 +115,38 @@ static int test_looks(void)
 {
     ls_pick_t p;
     /* the first look comes 8 calls after single copy last ran (7 more slots calls,
-     * then 1); single copy still 2x dearer: 16, 32, 64 calls apart, no further */
-    looks_up_to(&p, 200, 64);
-    /* the look finds single copy cheaper now, by more than the margin: it takes over
-     * at once (its lowest cost is the new one), and the slots get looked at after 8 */
+     * then 1); single copy still 2x dearer: 16, 32, 64 and 128 calls apart, no
+     * further */
+    looks_up_to(&p, 200, 128);
+    /* the look's first call finds single copy cheaper now, by more than the margin:
+     * it takes over at once (its lowest cost is the new one), and the slots get
+     * looked at after 8 */
     STEP(&p, 1, 50, 1);
     CHECK_EQ(p.pref, 1);
     until_look(&p, 1, 50, 7); /* 8 calls after the slots' last, counting this one */
 
-    /* a way 10x dearer is looked at farther apart: up to every 512 calls (its looks
-     * then add 9/512 to the calls' cost), not 64 */
-    looks_up_to(&p, 1000, 512);
-    STEP(&p, 1, 1000, 0);
-    /* 40x dearer: up to 1024, the cap */
-    looks_up_to(&p, 4000, 1024);
-    CHECK_EQ(ls_pick_every_max(100, 399), LS_PICK_EVERY_MAX); /* under 4x */
-    CHECK_EQ(ls_pick_every_max(100, 400), 96);
+    /* a way 5x dearer is looked at farther apart: up to every 512 calls (its looks
+     * of 3 calls then add 12/512 to the calls' cost), not 128 */
+    looks_up_to(&p, 500, 512);
+    look(&p, 1, 500, 0);
+    until_look(&p, 0, 100, 512);
+    /* 10x dearer: up to 1024, the cap (864 would do, the looks double past it) */
+    looks_up_to(&p, 1000, 1024);
+    look(&p, 1, 1000, 0);
+    until_look(&p, 0, 100, 1024);
+    /* a look whose first two calls pay for moving the lines (1500, 300) and whose
+     * third finds single copy cheaper by more than the margin (70 against 100) hands
+     * over after the third */
+    STEP(&p, 1, 1500, 1);
+    STEP(&p, 1, 300, 1);
+    CHECK_EQ(p.pref, 0);
+    STEP(&p, 1, 70, 1);
+    CHECK_EQ(p.pref, 1);
+    CHECK_EQ(ls_pick_every_max(100, 199), LS_PICK_EVERY_MAX); /* under 2x */
+    CHECK_EQ(ls_pick_every_max(100, 200), LS_PICK_EVERY_MAX); /* 96 calls would do */
+    CHECK_EQ(ls_pick_every_max(100, 300), 192);
+    CHECK_EQ(ls_pick_every_max(100, 1099), 864);
+    CHECK_EQ(ls_pick_every_max(100, 1100), LS_PICK_EVERY_CAP);
     CHECK_EQ(ls_pick_every_max(0, 400), LS_PICK_EVERY_CAP); /* no overflow, no division by 0 */
     CHECK_EQ(ls_pick_every_max(100, UINT64_MAX - 1), LS_PICK_EVERY_CAP);
     return 0;
@@ -129,7 +170,7 @@ static int test_change(void)
     /* within the margin nothing changes: single copy at 81 against slots at 100 ... */
     start(&p, 100, 200, 0);
     until_look(&p, 0, 100, 8);
-    STEP(&p, 1, 81, 0);
+    look(&p, 1, 81, 0);
     CHECK_EQ(p.pref, 0);
     /* ... but at 79 it does */
     until_look(&p, 0, 100, 16);
@@ -143,23 +184,24 @@ static int test_change(void)
 static int test_none(void)
 {
     ls_pick_t p;
-    /* single copy could not run in the first calls: the slots are preferred after
-     * their two, and single copy is only looked at */
+    /* single copy could not run in its first call: the slots are preferred after
+     * their three, and single copy is only looked at, in looks that end at once */
     memset(&p, 0, sizeof p);
+    STEP(&p, 0, 100, 0);
+    STEP(&p, 0, 100, 0);
     STEP(&p, 0, 100, 1);
     STEP(&p, 1, LS_PICK_NONE, 0);
-    STEP(&p, 0, 100, 0);
     CHECK_EQ(p.pref, 0);
-    until_look(&p, 0, 100, 7); /* 8 calls after its last try, counting this one's */
-    STEP(&p, 1, LS_PICK_NONE, 0);
+    until_look(&p, 0, 100, 8);
+    STEP(&p, 1, LS_PICK_NONE, 0); /* a look at a way that could not run ends at once */
     until_look(&p, 0, 100, 16);
-    /* its looks cost nothing (the call goes by the slots), so they stop growing at 64 */
-    for (int every = 32; every <= 64; every *= 2) {
+    /* its looks cost nothing (the call goes by the slots), so they stop growing at 128 */
+    for (int every = 32; every <= 128; every *= 2) {
         STEP(&p, 1, LS_PICK_NONE, 0);
         until_look(&p, 0, 100, every);
     }
     STEP(&p, 1, LS_PICK_NONE, 0);
-    until_look(&p, 0, 100, 64);
+    until_look(&p, 0, 100, 128);
     /* preferred single copy that can no longer run hands over at once, whatever it
      * cost before */
     start(&p, 300, 100, 1);

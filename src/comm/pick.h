@@ -69,8 +69,9 @@
 #include <stdint.h>
 
 #define LS_PICK_KEEP 3        /* costs kept per way; its estimate is their lowest */
-#define LS_PICK_FIRST 3       /* times each way runs in a row before either is preferred */
 #define LS_PICK_LOOK_CALLS 3  /* calls in a row of the other way in a look */
+#define LS_PICK_FIRST LS_PICK_LOOK_CALLS /* times each way runs in a row before either is
+                                            preferred: a look's run, for the same reason */
 #define LS_PICK_MARGIN 5        /* the other way must be cheaper by a fifth to take over */
 #define LS_PICK_EVERY_MIN 8u
 #define LS_PICK_EVERY_MAX 128u  /* a way under 3x dearer: a look every 128 calls at most */

@@ -12,6 +12,9 @@ venv=${LOCKSTEP_VENV:-build/venv}
 vpy=$venv/bin/python
 "$vpy" -c "import scikit_build_core, numpy, pytest, gguf, safetensors" 2>/dev/null || \
   "$vpy" -m pip install -q scikit-build-core numpy pytest gguf safetensors
+# mypy, for the tests that type-check a user's code against the package (they skip without it)
+"$vpy" -c "import mypy" 2>/dev/null || "$vpy" -m pip install -q mypy >/dev/null 2>&1 || \
+  echo "python-env: mypy could not be installed; tests/python/test_typing.py's mypy tests will skip" >&2
 log=$venv/pip.log
 if ! "$vpy" -m pip install -q --no-build-isolation . >"$log" 2>&1; then
   cat "$log" >&2

@@ -53,6 +53,9 @@ A Comm belongs to the process that created it: in a child made by os.fork() (or
 multiprocessing's fork start method) its calls raise CommError and touch nothing, while
 the parent's rank goes on; create a new Comm, with a job of its own, in the child.
 
+The package is typed (py.typed): op, order, xfer and wait_policy are Literal names, so
+a type checker flags a wrong one before the job runs.
+
 lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
 environment variable (avx512, avx2 or base) caps it.
 Bad buffers raise ValueError (read-only, non-contiguous, wrong size) or TypeError
@@ -68,11 +71,14 @@ grad they bump its version, as torch's in-place ops do, so a backward that saved
 old values raises instead of using the new ones. lockstep.torch_ops has ops with a
 backward.
 """
+from __future__ import annotations
+
 import math as _math
 import numbers as _numbers
 import operator as _operator
 import sys as _sys
 from datetime import timedelta as _timedelta
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 import numpy as _np
 
@@ -86,8 +92,22 @@ __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchEr
            "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__"]
 __version__ = _lockstep.version
 
+if _TYPE_CHECKING:  # for type checkers only (the package ships py.typed): nothing here at run time
+    from typing import Any, List, Literal, Optional, Sequence, SupportsIndex, TypeVar, Union
 
-def reduce_isa():
+    Op = Literal["sum", "max", "min"]
+    Order = Literal["linear", "rotated", "random", "topology"]
+    Xfer = Literal["pull", "push"]
+    WaitPolicy = Literal["default", "auto", "active", "passive"]
+    # an integer argument: an int, a numpy integer, or a string holding one (an
+    # environment variable's value)
+    IntArg = Union[SupportsIndex, str]
+    # the caller's buffer (a numpy array, a torch CPU tensor, any writable C-contiguous
+    # buffer): the calls that write into it return that same object
+    Buf = TypeVar("Buf")
+
+
+def reduce_isa() -> str:
     """The instruction set of the reduction kernels in this process: "avx512", "avx2" or
     "base", from what the CPU supports, capped by the LOCKSTEP_ISA environment variable
     (chosen once, at the first call or communicator). Every choice gives the same bits.
@@ -305,9 +325,10 @@ class Comm:
     attributes cost); the rest (tensor subclasses, a tensor that requires grad to write
     into, a recv to make) goes on in Python."""
 
-    def __init__(self, job, rank, size, timeout=60.0, wait_policy="default",
-                 small_bytes=0, chunk_bytes=0, allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0,
-                 broadcast_eager_bytes=0):
+    def __init__(self, job: Union[str, int], rank: IntArg, size: IntArg,
+                 timeout: Union[float, _timedelta, None] = 60.0, wait_policy: WaitPolicy = "default",
+                 small_bytes: IntArg = 0, chunk_bytes: IntArg = 0, allreduce_small_bytes: IntArg = 0,
+                 buffer_bytes: IntArg = 0, cpu_sharers: IntArg = 0, broadcast_eager_bytes: IntArg = 0) -> None:
         nbytes = (_int_arg(small_bytes, "small_bytes", 63), _int_arg(chunk_bytes, "chunk_bytes", 63),
                   _int_arg(allreduce_small_bytes, "allreduce_small_bytes", 63),
                   _int_arg(buffer_bytes, "buffer_bytes", 63))
@@ -318,32 +339,32 @@ class Comm:
                                  _code(_POLICIES, wait_policy, "wait_policy"), *nbytes,
                                  _int_arg(cpu_sharers, "cpu_sharers"),
                                  _int_arg(broadcast_eager_bytes, "broadcast_eager_bytes", 63))
-        self.job = str(job)
-        self.rank = self._c.rank
-        self.size = self._c.size
+        self.job: str = str(job)
+        self.rank: int = self._c.rank
+        self.size: int = self._c.size
         for name in _C_METHODS:  # no Python frame per call for numpy arrays: 0.1 us of 0.3 (allreduce)
             if getattr(type(self), name) is getattr(Comm, name):
                 setattr(self, name, getattr(self._c, name))
 
     @classmethod
-    def from_env(cls, **kw):
+    def from_env(cls, **kw: Any) -> Comm:
         """Join the job described by the launcher's variables (torchrun's LOCAL_RANK /
         LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, OpenMPI's OMPI_COMM_WORLD_LOCAL_*,
         or LOCKSTEP_RANK / LOCKSTEP_SIZE / LOCKSTEP_JOB)."""
         job, rank, size = _lockstep.env_params()
         return cls(job, rank, size, **kw)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Any:
         raise TypeError("a lockstep.Comm belongs to the process that created it and cannot be pickled, "
                         "copied or sent to another process (multiprocessing's spawn start method): "
                         "create one in each process, e.g. with lockstep.Comm.from_env()")
 
-    def allreduce(self, buf, op="sum"):
+    def allreduce(self, buf: Buf, op: Op = "sum") -> Buf:
         """Reduce buf over all ranks, in place, and return it. op: "sum", "max" or "min".
         Every rank gets identical bits."""
         return self._c.allreduce(buf, op)
 
-    def buffer(self, shape, dtype="float32", offset=0):
+    def buffer(self, shape: Union[int, Sequence[int]], dtype: Any = "float32", offset: int = 0) -> Any:
         """A view of this rank's shared buffer (buffer_bytes at creation): a numpy array
         of shape and dtype starting offset bytes in, or a torch tensor when dtype is a
         torch dtype. Allreduces of such views (on every rank) run zero-copy. Views stay
@@ -373,19 +394,19 @@ class Comm:
                 torch.empty(shape, dtype=dtype)
         return _np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
 
-    def _refused(self):
+    def _refused(self) -> None:
         """After this rank's own check of a collective's arguments raised: take its turn
         in the call anyway, refused, so that the peers' call ends at once with
         PeerArgumentError instead of at the deadline (the caller then re-raises)."""
         self._c.refuse()
 
-    def broadcast(self, buf, root=0, order="linear", xfer="pull"):
+    def broadcast(self, buf: Buf, root: int = 0, order: Order = "linear", xfer: Xfer = "pull") -> Buf:
         """Copy root's buf into every rank's buf (same byte length everywhere); returns buf.
         order: "linear", "rotated", "random" or "topology", the order root's copies go
         in; xfer: "pull" or "push" (see the module docstring)."""
         return self._c.broadcast(buf, root, order, xfer)
 
-    def allgather(self, send, recv=None, order="linear", xfer="pull"):
+    def allgather(self, send: Any, recv: Optional[Any] = None, order: Order = "linear", xfer: Xfer = "pull") -> Any:
         """recv[r * len(send) : (r + 1) * len(send)] = rank r's send, on every rank;
         returns recv. Without recv, a new one: for a numpy array or torch tensor of
         shape S (a numpy scalar: S = ()), one of shape (size, *S) and the same dtype
@@ -393,13 +414,13 @@ class Comm:
         (size, nbytes). order and xfer as for broadcast."""
         return self._c.allgather(send, recv, order, xfer)
 
-    def alltoall(self, send, recv=None):
+    def alltoall(self, send: Any, recv: Optional[Any] = None) -> Any:
         """recv block k = rank k's block `rank` of send, where send (and recv) hold size
         equal blocks of bytes, block r for rank r; returns recv (a new array or tensor
         like send without it). recv must not overlap send."""
         return self._c.alltoall(send, recv)
 
-    def reduce_scatter(self, send, recv=None, op="sum"):
+    def reduce_scatter(self, send: Any, recv: Optional[Any] = None, op: Op = "sum") -> Any:
         """recv = this rank's block of send, reduced over all ranks in rank order (as
         allreduce: the same dtypes and ops, f16/bf16 in f32, the same bits whichever
         rank computes them); returns recv. send (numpy array or torch CPU tensor,
@@ -410,16 +431,16 @@ class Comm:
         1-D."""
         return self._c.reduce_scatter(send, recv, op)
 
-    def peers(self, order="linear"):
+    def peers(self, order: Order = "linear") -> List[int]:
         """The other ranks, in the order a broadcast or allgather with this order visits
         them from this rank ("topology": ranks on this CPU first, then SMT siblings,
         same L3, same NUMA node)."""
         return self._c.peers(_code(_ORDERS, order, "order"))
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._c.barrier()
 
-    def tag(self, tag):
+    def tag(self, tag: IntArg) -> None:
         """From now on this rank's calls on this Comm carry tag (0-255; 0 at creation),
         which every rank compares as it compares the call itself: calls alike but for
         their tags raise MismatchError on every rank. For a layer that makes one
@@ -428,11 +449,11 @@ class Comm:
         sends nothing."""
         self._c.tag(_int_arg(tag, "tag"))
 
-    def close(self):
+    def close(self) -> None:
         self._c.close()
 
     @property
-    def kernel_copy(self):
+    def kernel_copy(self) -> str:
         """How this rank's calls move large blocks straight between the ranks' own
         memory (process_vm_readv/writev): "off" if this rank cannot (a security module,
         or LOCKSTEP_NO_CMA=1), else "fast" or "slow", the same on every rank: rank 0
@@ -447,18 +468,18 @@ class Comm:
         return self._c.kernel_copy
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once close() has been called."""
         return self._c.closed
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Comm(job={self.job!r}, rank={self.rank}, size={self.size}"
                 + (", closed)" if self.closed else ")"))
 
-    def __enter__(self):
+    def __enter__(self) -> Comm:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -1,6 +1,9 @@
 """lockstep.load: model files (GGUF, safetensors) into numpy arrays, through lockstep's
 hardened readers and pipelined loader."""
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,7 +22,16 @@ _DTYPES = {
 }
 
 
-def load(path, names=None, mode="auto", check=False, readers=0, progress=None):
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Literal, Optional, Tuple, Union
+
+    Mode = Literal["auto", "alias", "copy", "buffered"]
+
+
+def load(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], names: Optional[Iterable[str]] = None,
+         mode: Mode = "auto", check: bool = False, readers: int = 0,
+         progress: Optional[Callable[[int, int], Optional[bool]]] = None
+         ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray[Any, Any]]]:
     """Load a GGUF or safetensors file; returns (metadata, tensors).
 
     metadata: dict of the file's key/values (safetensors: its __metadata__ strings).

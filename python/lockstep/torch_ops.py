@@ -54,23 +54,30 @@ the torch.library.custom_op decorator, whose Python autograd and view-tracking l
 cost about 20 us per eager call; this way an eager call costs about 1.8 us more than
 comm.allreduce(tensor) (torch's dispatch to a Python kernel, most of it).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import torch
 
 from . import _torch_seen
+
+if TYPE_CHECKING:
+    import lockstep
 
 _torch_seen(torch)  # plain tensors go to C from the first call
 _comms = {}
 _bump = torch._C._increment_version  # of a tuple of tensors: torch.autograd.graph.increment_version's own call
 
 
-def register(comm):
+def register(comm: "lockstep.Comm") -> int:
     """Make comm callable from the op; returns the integer handle to pass to it."""
     handle = id(comm)
     _comms[handle] = comm
     return handle
 
 
-def unregister(handle):
+def unregister(handle: int) -> None:
     _comms.pop(handle, None)
 
 

@@ -1,0 +1,122 @@
+"""The package's types, as a type checker sees them from a user's code: the package
+ships py.typed, its public functions and Comm's methods are annotated, and mypy (run
+on snippets against the installed package) accepts correct calls and flags wrong
+names for op, order, xfer and mode."""
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import lockstep
+
+
+def _public_callables():
+    for name in lockstep.__all__:
+        obj = getattr(lockstep, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+    for name, member in vars(lockstep.Comm).items():
+        if name.startswith("_") and name not in ("__init__", "__enter__", "__exit__"):
+            continue
+        if isinstance(member, property):
+            yield f"Comm.{name}", member.fget
+        elif isinstance(member, classmethod):
+            yield f"Comm.{name}", member.__func__
+        elif inspect.isfunction(member):
+            yield f"Comm.{name}", member
+
+
+def test_the_package_ships_py_typed_and_the_extension_stub():
+    here = os.path.dirname(lockstep.__file__)
+    assert os.path.isfile(os.path.join(here, "py.typed"))
+    assert os.path.isfile(os.path.join(here, "_lockstep.pyi"))
+
+
+def test_every_public_function_and_method_is_annotated():
+    seen = dict(_public_callables())
+    assert {"reduce_isa", "load", "Comm.__init__", "Comm.allreduce", "Comm.broadcast", "Comm.allgather",
+            "Comm.alltoall", "Comm.reduce_scatter", "Comm.barrier", "Comm.from_env", "Comm.buffer",
+            "Comm.kernel_copy", "Comm.closed"} <= set(seen)
+    missing = []
+    for name, fn in seen.items():
+        ann = fn.__annotations__
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
+        missing += [f"{name}({p.name})" for p in params if p.name not in ann]
+        if "return" not in ann:
+            missing.append(f"{name} -> ?")
+    assert not missing, f"not annotated: {missing}"
+
+
+def _mypy(tmp_path, code):
+    pytest.importorskip("mypy", reason="mypy is not installed (scripts/python-env.sh installs it)")
+    src = tmp_path / "use.py"
+    src.write_text(textwrap.dedent(code))
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir",
+                        str(tmp_path / "cache"), "--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}",
+                        str(src)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout + r.stderr
+
+
+GOOD = """
+    from datetime import timedelta
+    import numpy as np
+    import numpy.typing as npt
+    import lockstep
+
+    def body(comm: lockstep.Comm) -> float:
+        x: npt.NDArray[np.float32] = np.ones(16, np.float32)
+        y = comm.allreduce(x, op="max")     # the same array back
+        z: npt.NDArray[np.float32] = comm.broadcast(y, root=0, order="topology", xfer="push")
+        g = comm.allgather(x)
+        comm.barrier()
+        peers: list[int] = comm.peers("rotated")
+        isa: str = lockstep.reduce_isa()
+        return float(z[0]) + float(len(peers)) + float(len(isa)) + float(g.size)
+
+    def main() -> None:
+        try:
+            with lockstep.Comm("job", 0, 1, timeout=timedelta(seconds=5), wait_policy="auto") as c:
+                body(c)
+            env = lockstep.Comm.from_env(timeout=None)
+            rank: int = env.rank
+            print(rank)
+        except lockstep.PeerDiedError as e:
+            err: lockstep.CommError = e
+            print(err)
+        except lockstep.CommTimeoutError as e:
+            t: TimeoutError = e
+            print(t)
+        meta, tensors = lockstep.load("m.gguf", names=["a"], mode="alias", progress=lambda d, t: None)
+        try:
+            lockstep.load("m.safetensors")
+        except lockstep.BadFileError as e:
+            where: int = e.offset
+            print(where)
+        print(meta, tensors["a"].shape)
+"""
+
+
+def test_mypy_accepts_correct_use(tmp_path):
+    rc, out = _mypy(tmp_path, GOOD)
+    assert rc == 0, out
+
+
+def test_mypy_flags_wrong_names_and_types(tmp_path):
+    rc, out = _mypy(tmp_path, """
+        import numpy as np
+        import lockstep
+
+        c = lockstep.Comm("job", 0, 1, timeout="60")
+        x = np.ones(4, np.float32)
+        c.allreduce(x, op="avg")
+        c.broadcast(x, order="nearest")
+        c.allgather(x, xfer="pul")
+        lockstep.load("m.gguf", mode="mmap")
+        n: str = c.size
+    """)
+    assert rc == 1, out
+    for line in (5, 7, 8, 9, 10, 11):
+        assert f"use.py:{line}: error" in out, (line, out)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     Mode = Literal["auto", "alias", "copy", "buffered"]
 
 
-def load(path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"], names: Optional[Iterable[str]] = None,
+def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = None,
          mode: Mode = "auto", check: bool = False, readers: int = 0,
          progress: Optional[Callable[[int, int], Optional[bool]]] = None
          ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray[Any, Any]]]:

@@ -116,7 +116,8 @@ def test_mypy_flags_wrong_names_and_types(tmp_path):
         c.allgather(x, xfer="pul")
         lockstep.load("m.gguf", mode="mmap")
         n: str = c.size
+        lockstep.load(b"m.gguf")
     """)
     assert rc == 1, out
-    for line in (5, 7, 8, 9, 10, 11):
+    for line in (5, 7, 8, 9, 10, 11, 12):
         assert f"use.py:{line}: error" in out, (line, out)

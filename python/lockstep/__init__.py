@@ -53,8 +53,9 @@ A Comm belongs to the process that created it: in a child made by os.fork() (or
 multiprocessing's fork start method) its calls raise CommError and touch nothing, while
 the parent's rank goes on; create a new Comm, with a job of its own, in the child.
 
-The package is typed (py.typed): op, order, xfer and wait_policy are Literal names, so
-a type checker flags a wrong one before the job runs.
+The package is typed (py.typed): op, order, xfer and wait_policy are Literal names
+(lockstep.Op, Order, Xfer, WaitPolicy), so a type checker flags a wrong one before the
+job runs.
 
 lockstep.reduce_isa() names the reduction kernels' instruction set; the LOCKSTEP_ISA
 environment variable (avx512, avx2 or base) caps it.
@@ -78,7 +79,7 @@ import numbers as _numbers
 import operator as _operator
 import sys as _sys
 from datetime import timedelta as _timedelta
-from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any, List, Literal, Optional, Sequence, SupportsIndex, TypeVar, Union
 
 import numpy as _np
 
@@ -92,19 +93,18 @@ __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchEr
            "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__"]
 __version__ = _lockstep.version
 
-if _TYPE_CHECKING:  # for type checkers only (the package ships py.typed): nothing here at run time
-    from typing import Any, List, Literal, Optional, Sequence, SupportsIndex, TypeVar, Union
-
-    Op = Literal["sum", "max", "min"]
-    Order = Literal["linear", "rotated", "random", "topology"]
-    Xfer = Literal["pull", "push"]
-    WaitPolicy = Literal["default", "auto", "active", "passive"]
-    # an integer argument: an int, a numpy integer, or a string holding one (an
-    # environment variable's value)
-    IntArg = Union[SupportsIndex, str]
-    # the caller's buffer (a numpy array, a torch CPU tensor, any writable C-contiguous
-    # buffer): the calls that write into it return that same object
-    Buf = TypeVar("Buf")
+# The names of the string arguments, for type checkers (the package ships py.typed) and
+# at run time: tests/python/test_typing.py checks that they list the extension's tables.
+Op = Literal["sum", "max", "min"]
+Order = Literal["linear", "rotated", "random", "topology"]
+Xfer = Literal["pull", "push"]
+WaitPolicy = Literal["default", "auto", "active", "passive"]
+# an integer argument: an int, a numpy integer, or a string holding one (an
+# environment variable's value)
+IntArg = Union[SupportsIndex, str]
+# the caller's buffer (a numpy array, a torch CPU tensor, any writable C-contiguous
+# buffer): the calls that write into it return that same object
+Buf = TypeVar("Buf")
 
 
 def reduce_isa() -> str:
@@ -117,7 +117,7 @@ def reduce_isa() -> str:
 
 _ORDERS = {name: code for code, name in enumerate(_lockstep.ORDERS)}  # linear, rotated, random, topology
 _XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
-_POLICIES = {"default": 0, "auto": 1, "active": 2, "passive": 3}
+_POLICIES = {name: code for code, name in enumerate(_lockstep.WAIT_POLICIES)}  # default, auto, active, passive
 _OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled by _torch_seen

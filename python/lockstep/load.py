@@ -3,13 +3,16 @@ hardened readers and pipelined loader."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Dict, Iterable, Literal, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lockstep
 
-_MODES = {"auto": 0, "alias": 1, "copy": 2, "buffered": 3}
+# load's modes, for type checkers and at run time (test_typing.py checks them against
+# the extension's table)
+Mode = Literal["auto", "alias", "copy", "buffered"]
+_MODES = {name: code for code, name in enumerate(_lockstep.LOAD_MODES)}  # auto, alias, copy, buffered
 
 # Type names both formats share, and safetensors' own; anything else (ggml's quantized
 # blocks, F8, sub-byte floats) comes back as its raw bytes (uint8). numpy has no
@@ -20,12 +23,6 @@ _DTYPES = {
     "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8,
     "BOOL": np.bool_, "C64": np.complex64,
 }
-
-
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Iterable, Literal, Optional, Tuple, Union
-
-    Mode = Literal["auto", "alias", "copy", "buffered"]
 
 
 def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = None,

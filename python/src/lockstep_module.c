@@ -779,6 +779,22 @@ static int name_code(PyObject *obj, const char *const *names, int n, int absent)
 static const char *const op_names[] = {"sum", "max", "min"};                       /* lockstep_op_t */
 static const char *const order_names[] = {"linear", "rotated", "random", "topology"}; /* lockstep_order_t */
 static const char *const xfer_names[] = {"pull", "push"};                          /* lockstep_xfer_t */
+/* named only in Python (the C methods take the codes): exported so the package's names
+ * and codes follow these tables */
+static const char *const policy_names[] = {"default", "auto", "active", "passive"}; /* lockstep_wait_policy_t */
+static const char *const mode_names[] = {"auto", "alias", "copy", "buffered"};      /* lockstep_load_mode_t */
+/* each table is the enum in code order */
+_Static_assert(LOCKSTEP_SUM == 0 && LOCKSTEP_MAX == 1 && LOCKSTEP_MIN == 2, "op_names");
+_Static_assert(LOCKSTEP_ORDER_LINEAR == 0 && LOCKSTEP_ORDER_ROTATED == 1 && LOCKSTEP_ORDER_RANDOM == 2 &&
+                   LOCKSTEP_ORDER_TOPOLOGY == 3,
+               "order_names");
+_Static_assert(LOCKSTEP_PULL == 0 && LOCKSTEP_PUSH == 1, "xfer_names");
+_Static_assert(LOCKSTEP_WAIT_DEFAULT == 0 && LOCKSTEP_WAIT_AUTO == 1 && LOCKSTEP_WAIT_ACTIVE == 2 &&
+                   LOCKSTEP_WAIT_PASSIVE == 3,
+               "policy_names");
+_Static_assert(LOCKSTEP_LOAD_AUTO == 0 && LOCKSTEP_LOAD_ALIAS == 1 && LOCKSTEP_LOAD_COPY == 2 &&
+                   LOCKSTEP_LOAD_BUFFERED == 3,
+               "mode_names");
 
 /* "sum", "max" or "min" as LOCKSTEP_SUM..., or -1 with ValueError */
 static int op_code(PyObject *op)
@@ -1510,7 +1526,11 @@ PyMODINIT_FUNC PyInit__lockstep(void)
         const char *name;
         const char *const *names;
         int n;
-    } tables[] = {{"OPS", op_names, 3}, {"ORDERS", order_names, 4}, {"XFERS", xfer_names, 2}};
+    } tables[] = {{"OPS", op_names, 3},
+                  {"ORDERS", order_names, 4},
+                  {"XFERS", xfer_names, 2},
+                  {"WAIT_POLICIES", policy_names, 4},
+                  {"LOAD_MODES", mode_names, 4}};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
         PyObject *t = names_tuple(tables[i].names, tables[i].n);
         if (!t || PyModule_AddObject(m, tables[i].name, t) != 0) { /* steals t only on success */

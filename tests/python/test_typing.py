@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import typing
 
 import pytest
 
@@ -48,6 +49,29 @@ def test_every_public_function_and_method_is_annotated():
         if "return" not in ann:
             missing.append(f"{name} -> ?")
     assert not missing, f"not annotated: {missing}"
+
+
+def test_the_literal_names_are_the_extensions_tables():
+    # the Literal names are written out for type checkers; the codes come from the
+    # extension's tables (each checked against its C enum when the extension compiles)
+    from lockstep import _lockstep
+    load_module = sys.modules["lockstep.load"]
+    assert typing.get_args(lockstep.Op) == _lockstep.OPS == ("sum", "max", "min")
+    assert typing.get_args(lockstep.Order) == _lockstep.ORDERS
+    assert typing.get_args(lockstep.Xfer) == _lockstep.XFERS
+    assert typing.get_args(lockstep.WaitPolicy) == _lockstep.WAIT_POLICIES
+    assert typing.get_args(load_module.Mode) == _lockstep.LOAD_MODES
+    assert _lockstep.WAIT_POLICIES.index("passive") == 3 and _lockstep.LOAD_MODES.index("buffered") == 3
+
+
+def test_the_annotations_resolve_at_run_time():
+    # typing.get_type_hints evaluates every annotation (they are strings under the
+    # future import): a name that exists only for type checkers raises NameError
+    for name, fn in _public_callables():
+        hints = typing.get_type_hints(fn)
+        assert "return" in hints, name
+    assert typing.get_type_hints(lockstep.Comm.allreduce)["op"] == lockstep.Op
+    assert typing.get_type_hints(lockstep.Comm.__init__)["wait_policy"] == lockstep.WaitPolicy
 
 
 def _mypy(tmp_path, code):

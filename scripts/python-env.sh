@@ -12,7 +12,7 @@ venv=${LOCKSTEP_VENV:-build/venv}
 vpy=$venv/bin/python
 "$vpy" -c "import scikit_build_core, numpy, pytest, gguf, safetensors" 2>/dev/null || \
   "$vpy" -m pip install -q scikit-build-core numpy pytest gguf safetensors
-# mypy, for the tests that type-check a user's code against the package (they skip without it)
+# mypy, for the tests that type-check the package and a user's code against it (they skip without it)
 "$vpy" -c "import mypy" 2>/dev/null || "$vpy" -m pip install -q mypy >/dev/null 2>&1 || \
   echo "python-env: mypy could not be installed; tests/python/test_typing.py's mypy tests will skip" >&2
 log=$venv/pip.log

@@ -79,7 +79,7 @@ import numbers as _numbers
 import operator as _operator
 import sys as _sys
 from datetime import timedelta as _timedelta
-from typing import Any, List, Literal, Optional, Sequence, SupportsIndex, TypeVar, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypeVar, Union
 
 import numpy as _np
 
@@ -120,40 +120,41 @@ _XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
 _POLICIES = {name: code for code, name in enumerate(_lockstep.WAIT_POLICIES)}  # default, auto, active, passive
 _OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
-_TORCH_DTYPES = {}  # torch dtype -> lockstep code, filled by _torch_seen
+_TORCH_DTYPES: Dict[Any, int] = {}  # torch dtype -> lockstep code, filled by _torch_seen
 
 
-def _int_arg(value, what, bits=31):
+def _int_arg(value: Any, what: str, bits: Optional[int] = 31) -> int:
     """An integer argument: an int (a numpy integer too) or a string holding one (an
     environment variable's value); a float or bool raises TypeError rather than being
     cut, and a value past the C parameter's range (a signed int of bits + 1 bits; None:
     the caller checks) ValueError naming the argument. The C layer checks the range
     that makes sense."""
+    n: int
     if isinstance(value, str):
         try:
-            value = int(value)
+            n = int(value)
         except ValueError:
             raise ValueError(f"{what} must be an integer, not {value!r}") from None
     elif isinstance(value, bool):
         raise TypeError(f"{what} must be an integer, not a bool")
     else:
         try:
-            value = _operator.index(value)
+            n = _operator.index(value)
         except TypeError:
             raise TypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
-    if bits is not None and not -2**bits <= value < 2**bits:
-        raise ValueError(f"{what} is out of range: {value}")
-    return value
+    if bits is not None and not -2**bits <= n < 2**bits:
+        raise ValueError(f"{what} is out of range: {n}")
+    return n
 
 
-def _code(table, value, what):
+def _code(table: Dict[str, int], value: Any, what: str) -> int:
     try:
         return table[value]
     except (KeyError, TypeError):
         raise ValueError(f"{what} must be one of {', '.join(sorted(table))}, not {value!r}") from None
 
 
-def _check_tensor(t):
+def _check_tensor(t: Any) -> None:
     """A torch tensor lockstep can hand to C: in CPU memory and contiguous."""
     if not t.is_cpu:
         raise ValueError(f"lockstep needs CPU tensors; this one is on {t.device} (use .cpu())")
@@ -163,7 +164,7 @@ def _check_tensor(t):
         raise ValueError("lockstep needs a contiguous tensor (use .contiguous() and copy back)")
 
 
-def _torch_seen(torch):
+def _torch_seen(torch: Any) -> None:
     """torch is in use (a first tensor reached a Python path, or lockstep.distributed or
     lockstep.torch_ops was imported): its dtypes' codes, and the C methods take plain
     tensors themselves from now on. Once is enough; again does no harm."""
@@ -174,7 +175,7 @@ def _torch_seen(torch):
     _lockstep._set_torch(torch.Tensor, dtypes)
 
 
-def _torch_code(t, what="allreduce"):
+def _torch_code(t: Any, what: str = "allreduce") -> int:
     code = _TORCH_DTYPES.get(t.dtype)  # filled: t went through _is_tensor
     if code is None:
         raise TypeError(f"{what} supports float32, float16, bfloat16 and int32 tensors, not {t.dtype}")
@@ -182,7 +183,7 @@ def _torch_code(t, what="allreduce"):
     return code
 
 
-def _new_like(send, lead, what):
+def _new_like(send: Any, lead: Tuple[int, ...], what: str) -> Any:
     """A new array for what a call receives: shape lead + send's shape and send's dtype
     for a torch tensor or numpy array (or numpy scalar, shape ()); for any other
     buffer, uint8 of shape lead + (its byte length,)."""
@@ -199,14 +200,14 @@ def _new_like(send, lead, what):
     return _np.empty(lead + (nbytes,), _np.uint8)
 
 
-def _address(a):
+def _address(a: Any) -> Any:
     return a.data_ptr() if _is_tensor(a) else a.ctypes.data
 
 
-_TENSOR_TYPES = set()  # torch.Tensor and the subclasses seen so far: one set lookup per call
+_TENSOR_TYPES: set[type] = set()  # torch.Tensor and the subclasses seen so far: one set lookup per call
 
 
-def _is_tensor(obj):
+def _is_tensor(obj: Any) -> bool:
     t = type(obj)
     if t in _TENSOR_TYPES:
         return True
@@ -223,7 +224,7 @@ def _is_tensor(obj):
     return True
 
 
-def _written(t):
+def _written(t: Any) -> None:
     """After a call wrote into t in place: if t is a torch tensor in an autograd graph,
     bump its version counter, as torch's own in-place ops do, so that a backward that
     saved it raises ("modified by an inplace operation") instead of computing with the
@@ -233,11 +234,11 @@ def _written(t):
         _bump(t)
 
 
-def _bump(t):
+def _bump(t: Any) -> None:
     _sys.modules["torch"]._C._increment_version((t,))
 
 
-def _allreduce_other(c, buf, code):
+def _allreduce_other(c: _lockstep.Comm, buf: Any, code: int) -> Any:
     """The C allreduce's path for objects without the buffer protocol: torch tensors
     (bfloat16 included). None: not a tensor either, and C raises the TypeError."""
     try:
@@ -253,7 +254,7 @@ def _allreduce_other(c, buf, code):
     return buf
 
 
-def _tensor_bytes(t):
+def _tensor_bytes(t: Any) -> Any:
     """A contiguous torch tensor's memory as a 1-D uint8 tensor (a view). torch calls a
     tensor of one element, or of none, contiguous whatever its stride (x[:, 0] of a
     one-row x), but will not view a stride other than 1 as bytes: such a tensor is
@@ -265,7 +266,7 @@ def _tensor_bytes(t):
     return flat.view(torch.uint8)
 
 
-def _tensor_memory(t):
+def _tensor_memory(t: Any) -> Tuple[int, int]:
     """(address, byte length) of a torch tensor, checked as lockstep can hand it to C:
     the calls that move bytes take tensors this way (0.13 us against 1.75 for a byte
     view)."""
@@ -273,7 +274,7 @@ def _tensor_memory(t):
     return t.data_ptr(), t.nbytes
 
 
-def _send_recv_memory(send, recv):
+def _send_recv_memory(send: Any, recv: Any) -> Tuple[Any, ...]:
     """What C takes for send and recv: (send address, bytes, recv address, bytes) when
     both are torch tensors, else (send, recv) as buffers, a torch tensor among them as
     a writable numpy byte view of its memory; checked either way."""
@@ -283,7 +284,7 @@ def _send_recv_memory(send, recv):
     return _tensor_view(send) if ts else send, _tensor_view(recv) if tr else recv
 
 
-def _tensor_view(t):
+def _tensor_view(t: Any) -> Any:
     _check_tensor(t)
     return _tensor_bytes(t).numpy()
 
@@ -291,7 +292,7 @@ def _tensor_view(t):
 _TIMEOUT_MAX_MS = 2**32 - 1  # the C layer's deadline is a uint32 count of ms: 49.7 days
 
 
-def _timeout_ms(timeout):
+def _timeout_ms(timeout: Union[float, _timedelta, None]) -> int:
     """Comm's timeout (seconds as a number or a datetime.timedelta, or None) in ms for
     the C layer: None and infinity are no deadline (0), longer ones than the C layer
     holds are cut to its longest, and anything below 1 ms becomes 1 ms."""
@@ -490,7 +491,7 @@ _C_METHODS = ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter
 # do not take on themselves: torch tensors, a recv to make, arguments to convert or to
 # refuse. c is the Comm's C communicator; the arguments are the caller's.
 
-def _broadcast(c, buf, root=0, order="linear", xfer="pull"):
+def _broadcast(c: _lockstep.Comm, buf: Any, root: Any = 0, order: Any = "linear", xfer: Any = "pull") -> Any:
     try:
         root = _int_arg(root, "root", None)
         if not 0 <= root < c.size:
@@ -508,7 +509,7 @@ def _broadcast(c, buf, root=0, order="linear", xfer="pull"):
     return buf
 
 
-def _allgather(c, send, recv=None, order="linear", xfer="pull"):
+def _allgather(c: _lockstep.Comm, send: Any, recv: Any = None, order: Any = "linear", xfer: Any = "pull") -> Any:
     if recv is None:
         try:
             recv = _new_like(send, (c.size,), "allgather")
@@ -530,7 +531,7 @@ def _allgather(c, send, recv=None, order="linear", xfer="pull"):
     return recv
 
 
-def _alltoall(c, send, recv=None):
+def _alltoall(c: _lockstep.Comm, send: Any, recv: Any = None) -> Any:
     if recv is None:
         try:
             recv = _new_like(send, (), "alltoall")
@@ -551,7 +552,7 @@ def _alltoall(c, send, recv=None):
     return recv
 
 
-def _reduce_scatter(c, send, recv=None, op="sum"):
+def _reduce_scatter(c: _lockstep.Comm, send: Any, recv: Any = None, op: Any = "sum") -> Any:
     if recv is None:
         try:
             _code(_OPS, op, "op")  # checked first, as with recv
@@ -580,7 +581,7 @@ def _reduce_scatter(c, send, recv=None, op="sum"):
     return recv
 
 
-def _rs_recv(send, size):
+def _rs_recv(send: Any, size: int) -> Any:
     """A new recv for reduce_scatter(send): send's shape with its first dimension divided
     by size when it divides, else 1-D; send's dtype. (The call checks send.)"""
     tensor = _is_tensor(send)
@@ -596,7 +597,7 @@ def _rs_recv(send, size):
     return _np.empty(shape, send.dtype)
 
 
-def _rs_operand(a, what, writable):
+def _rs_operand(a: Any, what: str, writable: bool) -> Tuple[int, int]:
     """(dtype code, element count) of a numpy array or torch tensor, checked"""
     if _is_tensor(a):
         return _torch_code(a, "reduce_scatter"), a.numel()

@@ -62,10 +62,13 @@ allreduce and the host's broadcast, so every rank still gets the same bits, but 
 bf16 sums are rounded on both levels, and errors between hosts are gloo's. comm(group)
 is then this host's Comm, with this host's ranks.
 """
+from __future__ import annotations
+
 import contextlib
 import os
 import socket
 import uuid
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -149,7 +152,7 @@ class LockstepGroup(dist.ProcessGroup):
 
     def __init__(self, comm, rank, size, p2p=None):
         super().__init__(rank, size)
-        self.comm = comm
+        self.comm: Comm = comm
         self._me, self._n = rank, size  # self.rank() and self.size() cost 0.9 us each
         self._p2p = p2p  # gloo over the same ranks, for send and recv; None without
         # allreduce's common case (a plain CPU tensor of a dtype lockstep reduces) in one C
@@ -634,7 +637,7 @@ class Options:
     KEYS = ("buffer_bytes", "cpu_sharers", "wait_policy", "small_bytes", "chunk_bytes", "allreduce_small_bytes",
             "broadcast_eager_bytes")
 
-    def __init__(self, point_to_point=True, **comm_kwargs):
+    def __init__(self, point_to_point: bool = True, **comm_kwargs: Any) -> None:
         bad = sorted(set(comm_kwargs) - set(self.KEYS))
         if bad:
             raise TypeError(f"lockstep.distributed.Options takes point_to_point, {', '.join(self.KEYS)}; "
@@ -642,7 +645,7 @@ class Options:
         self.point_to_point = bool(point_to_point)
         self.comm_kwargs = comm_kwargs
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kw = ([] if self.point_to_point else ["point_to_point=False"]) + [f"{k}={v!r}" for k, v in
                                                                            self.comm_kwargs.items()]
         return f"Options({', '.join(kw)})"
@@ -713,7 +716,7 @@ def _create(opts, options):
         raise
 
 
-def comm(group=None):
+def comm(group: Optional[dist.ProcessGroup] = None) -> Comm:
     """The lockstep.Comm a lockstep group runs on (the default group when None): for
     comm.buffer() views, or lockstep.torch_ops.register(comm)."""
     g = group if group is not None else dist.distributed_c10d._get_default_group()

@@ -9,6 +9,8 @@ launcher are passed on to every copy (then, after 10 s, SIGKILL), so none is lef
 running when the launcher is stopped; the exit code is then 128 plus the signal's
 number.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import signal
@@ -16,27 +18,30 @@ import socket
 import subprocess
 import sys
 import time
+from types import FrameType
+from typing import List, NoReturn, Optional, Sequence
 
 
-def free_port():
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class _Stopped(Exception):
     """the launcher got SIGTERM or SIGHUP"""
 
-    def __init__(self, signum):
+    def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
-def _stopped(signum, frame):
+def _stopped(signum: int, frame: Optional[FrameType]) -> NoReturn:
     raise _Stopped(signum)
 
 
-def _stop(procs, signum):
+def _stop(procs: Sequence[subprocess.Popen[bytes]], signum: int) -> None:
     """signum to every copy still running; SIGKILL to those still there after 10 s (or
     at once on a second signal)"""
     for p in procs:
@@ -54,7 +59,7 @@ def _stop(procs, signum):
             p.wait()
 
 
-def _how(rc):
+def _how(rc: int) -> str:
     """a copy's exit status, in words"""
     if rc > 0:
         return f"exited with code {rc}"
@@ -64,7 +69,7 @@ def _how(rc):
         return f"was killed by signal {-rc}"
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lockstep.launch", description=__doc__.split("\n")[2])
     ap.add_argument("-n", "--nproc", type=int, required=True, help="number of processes (ranks)")
     ap.add_argument("-m", dest="module", action="store_true", help="run the target as a module (python -m)")
@@ -76,7 +81,7 @@ def main(argv=None):
         ap.error(f"-n must be from 1 to {_lockstep.MAX_RANKS} (the most ranks a communicator has), "
                  f"not {a.nproc}")
     port = str(free_port())
-    procs = []
+    procs: List[subprocess.Popen[bytes]] = []
     # before the first copy starts, so that a stop never leaves one behind (the copies
     # start with the default handlers: exec resets them)
     for signum in (signal.SIGTERM, signal.SIGHUP):

@@ -56,7 +56,7 @@ comm.allreduce(tensor) (torch's dispatch to a Python kernel, most of it).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 
@@ -64,9 +64,13 @@ from . import _torch_seen
 
 if TYPE_CHECKING:
     import lockstep
+    from lockstep import Op
+
+_R = TypeVar("_R")
+_Setup = Callable[[Any, Tuple[Any, ...], Any], None]  # setup_context(ctx, inputs, output)
 
 _torch_seen(torch)  # plain tensors go to C from the first call
-_comms = {}
+_comms: Dict[int, lockstep.Comm] = {}
 _bump = torch._C._increment_version  # of a tuple of tensors: torch.autograd.graph.increment_version's own call
 
 
@@ -81,14 +85,14 @@ def unregister(handle: int) -> None:
     _comms.pop(handle, None)
 
 
-def _comm(handle):
+def _comm(handle: int) -> lockstep.Comm:
     comm = _comms.get(handle)
     if comm is None:
         raise ValueError(f"no communicator registered under handle {handle}: call lockstep.torch_ops.register(comm)")
     return comm
 
 
-def _refusing(comm, check, *args):
+def _refusing(comm: lockstep.Comm, check: Callable[..., _R], *args: Any) -> _R:
     """check(*args); when it raises (this rank's arguments are wrong), take this rank's
     turn in the call anyway, refused, so that the peers' call ends at once with
     lockstep.PeerArgumentError instead of at the deadline (see lockstep.Comm)"""
@@ -99,7 +103,7 @@ def _refusing(comm, check, *args):
         raise
 
 
-def _no_grad(comm, tensor, name):
+def _no_grad(comm: lockstep.Comm, tensor: torch.Tensor, name: str) -> None:
     if tensor.requires_grad and torch.is_grad_enabled():
         also = f" (torch.ops.lockstep.{name.rstrip('_')}_autograd has one)"
         comm._refused()  # as _refusing does; here the check costs no call of its own
@@ -107,7 +111,7 @@ def _no_grad(comm, tensor, name):
                            "or torch.inference_mode(), or on a tensor that does not require grad")
 
 
-def all_reduce_(tensor, handle, op="sum"):
+def all_reduce_(tensor: torch.Tensor, handle: int, op: Op = "sum") -> None:
     """The op's kernel (every device; lockstep itself refuses non-CPU tensors). The
     in-place kernels are the per-call path of eager inference: each step here costs."""
     comm = _comms.get(handle)
@@ -122,7 +126,7 @@ def all_reduce_(tensor, handle, op="sum"):
     _bump((tensor,))  # changed in place: autograd's version counter must say so
 
 
-def broadcast_(tensor, handle, root=0):
+def broadcast_(tensor: torch.Tensor, handle: int, root: int = 0) -> None:
     comm = _comms.get(handle)
     if comm is None:
         comm = _comm(handle)
@@ -135,14 +139,14 @@ def broadcast_(tensor, handle, root=0):
     _bump((tensor,))
 
 
-def all_reduce(tensor, handle, op="sum"):
+def all_reduce(tensor: torch.Tensor, handle: int, op: Op = "sum") -> torch.Tensor:
     """all_reduce_ into a new contiguous tensor; tensor stays as it was"""
     comm = _comm(handle)
     _no_grad(comm, tensor, "all_reduce")
     return comm.allreduce(tensor.clone(memory_format=torch.contiguous_format), op)
 
 
-def broadcast(tensor, handle, root=0):
+def broadcast(tensor: torch.Tensor, handle: int, root: int = 0) -> torch.Tensor:
     """broadcast_ into a new contiguous tensor: the root's tensor, on every rank"""
     comm = _comm(handle)
     _no_grad(comm, tensor, "broadcast")
@@ -151,7 +155,7 @@ def broadcast(tensor, handle, root=0):
     return comm.broadcast(out, root)
 
 
-def _dim(tensor, dim, op, name="dim"):
+def _dim(tensor: torch.Tensor, dim: int, op: str, name: str = "dim") -> int:
     """dim as a non-negative index into tensor's dimensions, checked"""
     if tensor.dim() == 0:
         raise ValueError(f"{op} needs a tensor of at least one dimension (use .reshape(1))")
@@ -161,7 +165,7 @@ def _dim(tensor, dim, op, name="dim"):
     return dim % tensor.dim()
 
 
-def _gather_shape(tensor, size, dim):
+def _gather_shape(tensor: torch.Tensor, size: int, dim: int) -> Tuple[List[int], int]:
     """The output's shape, and dim as a non-negative index"""
     dim = _dim(tensor, dim, "all_gather")
     shape = list(tensor.shape)
@@ -169,17 +173,17 @@ def _gather_shape(tensor, size, dim):
     return shape, dim
 
 
-def all_gather(tensor, handle, dim=0):
+def all_gather(tensor: torch.Tensor, handle: int, dim: int = 0) -> torch.Tensor:
     comm = _comm(handle)
     _no_grad(comm, tensor, "all_gather")
     shape, dim = _refusing(comm, _gather_shape, tensor, comm.size, dim)
-    blocks = comm.allgather(tensor.contiguous())  # (size, *shape), block r rank r's
+    blocks: torch.Tensor = comm.allgather(tensor.contiguous())  # (size, *shape), block r rank r's
     if dim == 0:
         return blocks.view(shape)
     return blocks.movedim(0, dim).reshape(shape)  # rank r's block at r * tensor.shape[dim], as cat
 
 
-def _split_shape(tensor, size, dim, op, name="dim"):
+def _split_shape(tensor: torch.Tensor, size: int, dim: int, op: str, name: str = "dim") -> Tuple[List[int], int]:
     """tensor's shape with dim divided by size, and dim as a non-negative index"""
     dim = _dim(tensor, dim, op, name)
     shape = list(tensor.shape)
@@ -190,20 +194,22 @@ def _split_shape(tensor, size, dim, op, name="dim"):
     return shape, dim
 
 
-def _parts(tensor, size, dim, part_shape):
+def _parts(tensor: torch.Tensor, size: int, dim: int, part_shape: Sequence[int]) -> torch.Tensor:
     """tensor split along dim into size parts, as one contiguous (size, *part_shape) tensor"""
     split = list(tensor.shape[:dim]) + [size, part_shape[dim]] + list(tensor.shape[dim + 1:])
     return tensor.reshape(split).movedim(dim, 0).contiguous()
 
 
-def reduce_scatter(tensor, handle, op="sum", dim=0):
+def reduce_scatter(tensor: torch.Tensor, handle: int, op: Op = "sum", dim: int = 0) -> torch.Tensor:
     comm = _comm(handle)
     _no_grad(comm, tensor, "reduce_scatter")
     shape, dim = _refusing(comm, _split_shape, tensor, comm.size, dim, "reduce_scatter")
-    return comm.reduce_scatter(_parts(tensor, comm.size, dim, shape), op=op).view(shape)
+    out: torch.Tensor = comm.reduce_scatter(_parts(tensor, comm.size, dim, shape), op=op)
+    return out.view(shape)
 
 
-def _all_to_all_shapes(tensor, size, scatter_dim, gather_dim):
+def _all_to_all_shapes(tensor: torch.Tensor, size: int, scatter_dim: int, gather_dim: int
+                       ) -> Tuple[List[int], List[int], int, int]:
     """(one part's shape, the output's shape, scatter_dim, gather_dim), the dims
     non-negative"""
     part, scatter_dim = _split_shape(tensor, size, scatter_dim, "all_to_all", "scatter_dim")
@@ -213,43 +219,43 @@ def _all_to_all_shapes(tensor, size, scatter_dim, gather_dim):
     return part, shape, scatter_dim, gather_dim
 
 
-def all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
+def all_to_all(tensor: torch.Tensor, handle: int, scatter_dim: int = 0, gather_dim: int = 0) -> torch.Tensor:
     comm = _comm(handle)
     _no_grad(comm, tensor, "all_to_all")
     part, shape, scatter_dim, gather_dim = _refusing(comm, _all_to_all_shapes, tensor, comm.size, scatter_dim,
                                                      gather_dim)
-    got = comm.alltoall(_parts(tensor, comm.size, scatter_dim, part))  # got[k]: rank k's part for me
+    got: torch.Tensor = comm.alltoall(_parts(tensor, comm.size, scatter_dim, part))  # got[k]: rank k's part for me
     return got.movedim(0, gather_dim).reshape(shape)  # as torch.cat(list(got), gather_dim)
 
 
-def _fake_in_place(tensor, handle, arg=None):
+def _fake_in_place(tensor: torch.Tensor, handle: int, arg: Any = None) -> None:
     return None
 
 
-def _fake_same(tensor, handle, arg=None):
+def _fake_same(tensor: torch.Tensor, handle: int, arg: Any = None) -> torch.Tensor:
     return tensor.new_empty(tensor.shape)
 
 
-def _fake_gather(tensor, handle, dim=0):
+def _fake_gather(tensor: torch.Tensor, handle: int, dim: int = 0) -> torch.Tensor:
     shape, _ = _gather_shape(tensor, _comm(handle).size, dim)
     return tensor.new_empty(shape)
 
 
-def _fake_reduce_scatter(tensor, handle, op="sum", dim=0):
+def _fake_reduce_scatter(tensor: torch.Tensor, handle: int, op: Op = "sum", dim: int = 0) -> torch.Tensor:
     shape, _ = _split_shape(tensor, _comm(handle).size, dim, "reduce_scatter")
     return tensor.new_empty(shape)
 
 
-def _fake_all_to_all(tensor, handle, scatter_dim=0, gather_dim=0):
+def _fake_all_to_all(tensor: torch.Tensor, handle: int, scatter_dim: int = 0, gather_dim: int = 0) -> torch.Tensor:
     _, shape, _, _ = _all_to_all_shapes(tensor, _comm(handle).size, scatter_dim, gather_dim)
     return tensor.new_empty(shape)
 
 
 # ---- the autograd variants: the gradient of the sum of every rank's loss -------------
 
-def _keep(names):
+def _keep(names: Sequence[str]) -> _Setup:
     """setup_context that keeps these of the op's arguments (after the tensor) on ctx"""
-    def setup(ctx, inputs, output):
+    def setup(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
         for name, value in zip(names, inputs[1:]):
             setattr(ctx, name, value)
     return setup
@@ -258,14 +264,14 @@ def _keep(names):
 _keep_reduce_scatter = _keep(("handle", "op", "dim"))
 
 
-def _sum_only(ctx, name):
+def _sum_only(ctx: Any, name: str) -> None:
     """setup_context's check for the reductions: only 'sum' has a gradient"""
     if ctx.op != "sum":
         raise RuntimeError(f"torch.ops.lockstep.{name}_autograd with op {ctx.op!r} has no gradient (only 'sum' "
                            f"has): call it under torch.no_grad() or on a tensor that does not require grad")
 
 
-def _setup_reduce_scatter(ctx, inputs, output):
+def _setup_reduce_scatter(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
     _keep_reduce_scatter(ctx, inputs, output)
     _sum_only(ctx, "reduce_scatter")
 
@@ -273,34 +279,34 @@ def _setup_reduce_scatter(ctx, inputs, output):
 _keep_all_reduce = _keep(("handle", "op"))
 
 
-def _setup_all_reduce(ctx, inputs, output):
+def _setup_all_reduce(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
     _keep_all_reduce(ctx, inputs, output)
     _sum_only(ctx, "all_reduce")
 
 
-def _rest(ctx):
+def _rest(ctx: Any) -> Tuple[None, ...]:
     """no gradient for the arguments after the tensor"""
     return (None,) * (len(ctx.needs_input_grad) - 1)
 
 
-def _all_reduce_backward(ctx, grad):
+def _all_reduce_backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     return (torch.ops.lockstep.all_reduce_autograd(grad, ctx.handle, "sum"),) + _rest(ctx)
 
 
-def _broadcast_backward(ctx, grad):
+def _broadcast_backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     total = torch.ops.lockstep.all_reduce_autograd(grad, ctx.handle, "sum")  # on every rank
     return (total if _comm(ctx.handle).rank == ctx.root else torch.zeros_like(total),) + _rest(ctx)
 
 
-def _all_gather_backward(ctx, grad):
+def _all_gather_backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     return (torch.ops.lockstep.reduce_scatter_autograd(grad, ctx.handle, "sum", ctx.dim),) + _rest(ctx)
 
 
-def _reduce_scatter_backward(ctx, grad):
+def _reduce_scatter_backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     return (torch.ops.lockstep.all_gather_autograd(grad, ctx.handle, ctx.dim),) + _rest(ctx)
 
 
-def _all_to_all_backward(ctx, grad):
+def _all_to_all_backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
     return (torch.ops.lockstep.all_to_all_autograd(grad, ctx.handle, ctx.gather_dim, ctx.scatter_dim),) + _rest(ctx)
 
 
@@ -313,7 +319,7 @@ _SCHEMAS = {
     "reduce_scatter": "(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor",
     "all_to_all": "(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor",
 }
-_lib = torch.library.Library("lockstep", "DEF")
+_lib = torch.library.Library("lockstep", "DEF")  # type: ignore[no-untyped-call]  # (torch 2.13's)
 
 # name, kernel, fake, and for the functional ops the autograd variant's backward and
 # setup_context. The kernels run below torch's autograd layer, where grad mode is off,
@@ -326,11 +332,11 @@ _OPS = (("all_reduce_", all_reduce_, _fake_in_place, None), ("broadcast_", broad
         ("all_to_all", all_to_all, _fake_all_to_all,
          (_all_to_all_backward, _keep(("handle", "scatter_dim", "gather_dim")))))
 for _name, _kernel, _fake, _grad in _OPS:
-    _lib.define(_name + _SCHEMAS[_name])
-    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")
+    _lib.define(_name + _SCHEMAS[_name])  # type: ignore[no-untyped-call]
+    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
     torch.library.register_fake("lockstep::" + _name, _fake, lib=_lib)
     if _grad is not None:
-        _lib.define(_name + "_autograd" + _SCHEMAS[_name])
-        _lib.impl(_name + "_autograd", _kernel, "CompositeExplicitAutograd")
+        _lib.define(_name + "_autograd" + _SCHEMAS[_name])  # type: ignore[no-untyped-call]
+        _lib.impl(_name + "_autograd", _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
         torch.library.register_fake(f"lockstep::{_name}_autograd", _fake, lib=_lib)
         torch.library.register_autograd(f"lockstep::{_name}_autograd", _grad[0], setup_context=_grad[1], lib=_lib)

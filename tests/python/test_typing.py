@@ -2,8 +2,12 @@
 ships py.typed, its public functions and Comm's methods are annotated, and mypy (run
 on snippets against the installed package) accepts correct calls and flags wrong
 names for op, order, xfer and mode."""
+import ast
+import importlib.util
 import inspect
+import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -74,13 +78,83 @@ def test_the_annotations_resolve_at_run_time():
     assert typing.get_type_hints(lockstep.Comm.__init__)["wait_policy"] == lockstep.WaitPolicy
 
 
-def _mypy(tmp_path, code):
+def test_the_commands_and_torch_entries_are_annotated():
+    import lockstep.launch
+    fns = {"launch.main": lockstep.launch.main}
+    if importlib.util.find_spec("torch") is not None:
+        import lockstep.distributed
+        fns.update({"distributed.comm": lockstep.distributed.comm,
+                    "distributed.Options": lockstep.distributed.Options.__init__})
+    for name, fn in fns.items():
+        hints = typing.get_type_hints(fn)
+        params = [p for p in inspect.signature(fn).parameters if p != "self"]
+        assert set(params) | {"return"} <= set(hints), (name, params, hints)
+
+
+def _stub_names(body):
+    """the names a stub's module or class body defines"""
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _public(obj):
+    return {n for n in dir(obj) if not (n.startswith("__") and n.endswith("__"))}
+
+
+def test_the_extension_stub_lists_what_the_extension_has(tmp_path):
+    # the package's own calls are type-checked against the stub (below): it must name
+    # exactly the extension's functions, constants, types and their members
+    from lockstep import _lockstep
+    here = os.path.dirname(lockstep.__file__)
+    with open(os.path.join(here, "_lockstep.pyi")) as f:
+        tree = ast.parse(f.read())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    helpers = {"_B", "_Loaded"}  # a TypeVar; load's result type, not a module attribute
+    assert _stub_names(tree.body) - helpers == _public(_lockstep)
+    assert _stub_names(classes["Comm"].body) - {"__init__", "__buffer__"} == _public(_lockstep.Comm)
+    header = json.dumps({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path = tmp_path / "one.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + struct.pack("<f", 1.5))
+    loaded = _lockstep.load(str(path), None, 0, False, 0, None)
+    assert _stub_names(classes["_Loaded"].body) - {"__buffer__"} == _public(loaded)
+    assert memoryview(loaded).nbytes >= 4  # both types the stub gives __buffer__ have the buffer protocol
+    c = _lockstep.Comm(f"stubcheck-{os.getpid()}", 0, 1, 5000, 0, 0, 0, 0, 64)
+    try:
+        assert memoryview(c).nbytes >= 64
+    finally:
+        c.close()
+
+
+def test_the_package_itself_passes_mypy_strict(tmp_path):
+    # the package's modules as they are installed, against the extension's stub (the
+    # torch.distributed back end is left out: torch 2.13's own stubs lack names it uses)
+    mods = ["lockstep", "lockstep.load", "lockstep.launch"]
+    args = []
+    if importlib.util.find_spec("torch") is not None:
+        mods.append("lockstep.torch_ops")
+    else:  # torch is optional: the package imports it only for a tensor it is given
+        (tmp_path / "mypy.ini").write_text("[mypy]\n[mypy-torch.*]\nignore_missing_imports = True\n")
+        args = ["--config-file", str(tmp_path / "mypy.ini")]
+    rc, out = _mypy(tmp_path, None, args + [a for m in mods for a in ("-m", m)])
+    assert rc == 0, out
+
+
+def _mypy(tmp_path, code, targets=None):
     pytest.importorskip("mypy", reason="mypy is not installed (scripts/python-env.sh installs it)")
-    src = tmp_path / "use.py"
-    src.write_text(textwrap.dedent(code))
+    if targets is None:
+        src = tmp_path / "use.py"
+        src.write_text(textwrap.dedent(code))
+        targets = [str(src)]
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir",
                         str(tmp_path / "cache"), "--python-version", f"{sys.version_info[0]}.{sys.version_info[1]}",
-                        str(src)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                        *targets], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     return r.returncode, r.stdout + r.stderr
 
 

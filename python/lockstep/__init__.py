@@ -90,7 +90,8 @@ from .load import load
 
 __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "CommCancelledError",
            "PeerArgumentError",
-           "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__"]
+           "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__",
+           "Op", "Order", "Xfer", "WaitPolicy"]
 __version__ = _lockstep.version
 
 # The names of the string arguments, for type checkers (the package ships py.typed) and

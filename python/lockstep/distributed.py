@@ -68,27 +68,27 @@ import contextlib
 import os
 import socket
 import uuid
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # (not in torch's stubs)
 
-from . import Comm, _lockstep, _tensor_bytes, _torch_seen
+from . import Comm, Op, _lockstep, _tensor_bytes, _torch_seen
 
 _torch_seen(torch)  # plain tensors go to C from the first call
 
 __all__ = ["LockstepGroup", "Options", "comm"]
 
 # Reduction ops as ints: comparing or hashing torch's pybind enum costs 0.2-0.5 us each
-_R = dist.ReduceOp.RedOpType
+_R: Any = dist.ReduceOp.RedOpType  # (torch's stubs list none of its members)
 SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR = (int(_R.SUM), int(_R.AVG), int(_R.PRODUCT), int(_R.MAX),
                                                 int(_R.MIN), int(_R.BAND), int(_R.BOR), int(_R.BXOR))
-_NATIVE_OPS = {SUM: "sum", MAX: "max", MIN: "min"}  # AVG: a sum, divided
+_NATIVE_OPS: Dict[int, Op] = {SUM: "sum", MAX: "max", MIN: "min"}  # AVG: a sum, divided
 _NATIVE_CODES = {op: _lockstep.OPS.index(name) for op, name in _NATIVE_OPS.items()}  # for try_allreduce
-_GLOO_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}  # across hosts
+_GLOO_OPS: Dict[str, Any] = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}  # across hosts
 _NATIVE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.int32))
-_FOLDS = {  # acc = acc op x, in place, for what lockstep has no kernel for
+_FOLDS: Dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {  # acc = acc op x, in place, for what lockstep has no kernel for
     SUM: lambda acc, x: acc.add_(x),
     AVG: lambda acc, x: acc.add_(x),
     PRODUCT: lambda acc, x: acc.mul_(x),
@@ -100,15 +100,15 @@ _FOLDS = {  # acc = acc op x, in place, for what lockstep has no kernel for
 }
 
 
-def _not_plain(t, code):
+def _not_plain(t: torch.Tensor, code: int) -> None:
     return None
 
 
-def _op_by_value(opts):
-    return opts.reduceOp.op.value
+def _op_by_value(opts: Any) -> int:
+    return int(opts.reduceOp.op.value)
 
 
-def _op_by_hash(opts):
+def _op_by_hash(opts: Any) -> int:
     return hash(opts.reduceOp)
 
 
@@ -118,28 +118,33 @@ _op = _op_by_hash if all(hash(dist.ReduceOp(_R(v))) == v for v in (SUM, AVG, PRO
     else _op_by_value
 
 
-def _completed(result):
+def _completed(result: Any) -> dist.Work:
     """a torch Work that is already done, with result"""
-    fut = torch.futures.Future()
+    fut: torch.futures.Future[Any] = torch.futures.Future()
     fut.set_result(result)
-    return _create_work_from_future(fut)
+    work: dist.Work = _create_work_from_future(fut)
+    return work
 
 
-def _done(result, opts):
+def _done(result: Any, opts: Any) -> Optional[dist.Work]:
     """What a collective returns: None for a blocking call (torch then waits on nothing),
     a completed work for async_op=True."""
     return _completed(result) if getattr(opts, "asyncOp", True) else None
 
 
+# a gloo group (dist.ProcessGroupGloo), for send and recv and between hosts: torch's stubs
+# give that type none of its collectives
+_Gloo = Any
+
 _bytes = _tensor_bytes  # a contiguous tensor's memory as uint8 (gloo moves only some dtypes)
 
 
-def _not_cpu(t):
+def _not_cpu(t: torch.Tensor) -> str:
     return (f"the lockstep back end takes CPU tensors; this one is on {t.device}: "
             f"run it on a group of another back end (dist.new_group(backend=...))")
 
 
-def _cpu(t):
+def _cpu(t: torch.Tensor) -> torch.Tensor:
     """t, a CPU tensor (point to point; collectives check with LockstepGroup._cpu)"""
     if not t.is_cpu:
         raise ValueError(_not_cpu(t))
@@ -150,8 +155,8 @@ class LockstepGroup(dist.ProcessGroup):
     """A process group whose collectives run on a lockstep.Comm (see the module docstring).
     Made by dist.init_process_group / dist.new_group with backend="lockstep"."""
 
-    def __init__(self, comm, rank, size, p2p=None):
-        super().__init__(rank, size)
+    def __init__(self, comm: Comm, rank: int, size: int, p2p: Optional[_Gloo] = None) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]  # (torch's stubs lack this overload)
         self.comm: Comm = comm
         self._me, self._n = rank, size  # self.rank() and self.size() cost 0.9 us each
         self._p2p = p2p  # gloo over the same ranks, for send and recv; None without
@@ -160,7 +165,7 @@ class LockstepGroup(dist.ProcessGroup):
         self._plain_allreduce = (comm._c.try_allreduce if type(self)._allreduce is LockstepGroup._allreduce
                                  else _not_plain)
 
-    def getBackendName(self):
+    def getBackendName(self) -> str:
         return "lockstep"
 
     # A collective's own argument checks, before its first transfer: a rank that fails
@@ -170,14 +175,14 @@ class LockstepGroup(dist.ProcessGroup):
     # not so, its ranks skip or add Comm calls by host).
     _refuses = True
 
-    def _invalid(self, msg):
+    def _invalid(self, msg: str) -> ValueError:
         """ValueError(msg), for this rank's arguments to a collective, found before its
         first transfer (see _refuses)"""
         if self._refuses:
             self.comm._refused()
         return ValueError(msg)
 
-    def _cpu(self, t):
+    def _cpu(self, t: torch.Tensor) -> torch.Tensor:
         """t, a CPU tensor: a collective's argument"""
         if not t.is_cpu:
             raise self._invalid(_not_cpu(t))
@@ -193,7 +198,7 @@ class LockstepGroup(dist.ProcessGroup):
     _tag_now = 0
 
     @contextlib.contextmanager
-    def _step(self, step):
+    def _step(self, step: int) -> Iterator[None]:
         before = self._tag_now
         self._tag_now = (before << 4 | step) & 0xff
         self.comm.tag(self._tag_now)
@@ -205,37 +210,38 @@ class LockstepGroup(dist.ProcessGroup):
                 self.comm.tag(before)
 
     # The four transfers everything below is made of; _Hosts replaces them across hosts.
-    def _allreduce(self, t, name):
+    def _allreduce(self, t: torch.Tensor, name: Op) -> None:
         """t (contiguous, a dtype lockstep reduces) = name over every rank's t"""
         self.comm.allreduce(t, name)
 
-    def _allgather(self, inp, out=None):
+    def _allgather(self, inp: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """every rank's inp (contiguous) into out, or a new (size, *inp.shape) tensor"""
-        return self.comm.allgather(inp, out)
+        got: torch.Tensor = self.comm.allgather(inp, out)
+        return got
 
-    def _broadcast(self, t, root):
+    def _broadcast(self, t: torch.Tensor, root: int) -> None:
         self.comm.broadcast(t, root)
 
-    def _barrier(self):
+    def _barrier(self) -> None:
         self.comm.barrier()
 
     # torch names every group after making it; its functional collectives (what
     # torch.compile turns dist.* calls into) find the group by that name, which the base
     # class keeps only in C++ back ends
-    def _set_group_name(self, name):
+    def _set_group_name(self, name: Any) -> None:
         super()._set_group_name(name)
         self._name = name
 
     @property
-    def group_name(self):
+    def group_name(self) -> Any:
         return self._name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LockstepGroup(rank={self._me}, size={self._n})"
 
     # ---- the reductions ---------------------------------------------------------------
 
-    def _reduce(self, t, op):
+    def _reduce(self, t: torch.Tensor, op: int) -> None:
         """t = op over every rank's t, in place, the same bits on every rank"""
         self._cpu(t)
         fold = _FOLDS.get(op)
@@ -258,7 +264,7 @@ class LockstepGroup(dist.ProcessGroup):
         if work is not t:
             t.copy_(work)
 
-    def allreduce(self, tensors, opts=None):
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         op = _op(opts) if opts is not None else SUM
         code = _NATIVE_CODES.get(op)
         for t in tensors:
@@ -266,23 +272,23 @@ class LockstepGroup(dist.ProcessGroup):
                 self._reduce(t, op)  # the rest: other ops, dtypes, layouts; and the checks
         return _done(tensors, opts)
 
-    def allreduce_coalesced(self, tensors, opts=None):
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         return self.allreduce(tensors, opts)
 
-    def reduce(self, tensors, opts):
+    def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         for t in tensors:
             self._reduce(t if self._me == opts.rootRank else t.clone(), _op(opts))
         return _done(tensors, opts)
 
     _native_reduce_scatter = True  # (across hosts: the all_reduce path)
 
-    def _reduce_scatter_one(self, out, whole, op):
+    def _reduce_scatter_one(self, out: torch.Tensor, whole: torch.Tensor, op: int) -> None:
         """out = this rank's part of op over every rank's whole (size * out.numel() elements)"""
         self._cpu(out)
         if whole.numel() != out.numel() * self._n or whole.dtype != out.dtype:
             raise self._invalid(f"reduce_scatter needs an input of {self._n} x {out.numel()} {out.dtype} "
                                 f"elements, not {whole.numel()} {whole.dtype}")
-        name = _NATIVE_OPS.get(op, "sum" if op == AVG else None)
+        name: Optional[Op] = _NATIVE_OPS.get(op, "sum" if op == AVG else None)
         if (self._native_reduce_scatter and name and whole.dtype in _NATIVE_DTYPES and
                 (op != AVG or whole.is_floating_point())):
             src = whole if whole.is_contiguous() else whole.contiguous()
@@ -297,27 +303,27 @@ class LockstepGroup(dist.ProcessGroup):
         self._reduce(whole, op)
         out.copy_(whole.view(self._n, -1)[self._me].view(out.shape))
 
-    def reduce_scatter(self, outputs, input_lists, opts):
+    def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         for out, parts in zip(outputs, input_lists):
             self._reduce_scatter_one(out, torch.cat([p.reshape(-1) for p in parts]), _op(opts))
         return _done(outputs, opts)
 
-    def reduce_scatter_single(self, output, input, opts):
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         self._reduce_scatter_one(output, input.reshape(-1), _op(opts))
         return _done(output, opts)
 
-    _reduce_scatter_base = reduce_scatter_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
-    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+    def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         for out, inp in zip(outputs, inputs):
             self._reduce_scatter_one(out, inp.reshape(-1), _op(opts))
         return _done(outputs, opts)
 
-    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
 
     # ---- moving data ------------------------------------------------------------------
 
-    def broadcast(self, tensors, opts):
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         for t in tensors:
             work = self._cpu(t) if t.is_contiguous() else t.contiguous()
             self._broadcast(work, opts.rootRank)
@@ -325,11 +331,11 @@ class LockstepGroup(dist.ProcessGroup):
                 t.copy_(work)
         return _done(tensors, opts)
 
-    def _gather(self, inp):
+    def _gather(self, inp: torch.Tensor) -> torch.Tensor:
         """every rank's inp, as a (size, *inp.shape) tensor"""
         return self._allgather(self._cpu(inp).contiguous())
 
-    def allgather(self, output_lists, inputs, opts=None):
+    def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         for outs, inp in zip(output_lists, inputs):
             if len(outs) != self._n:
                 raise self._invalid(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
@@ -342,7 +348,7 @@ class LockstepGroup(dist.ProcessGroup):
                 out.copy_(every[r])
         return _done(output_lists, opts)
 
-    def _gather_uneven(self, outs, inp):
+    def _gather_uneven(self, outs: List[torch.Tensor], inp: torch.Tensor) -> None:
         """all_gather into outputs of different sizes (output r: rank r's input, as NCCL
         allows): the sizes first, so that every rank raises the same ValueError when the
         ranks disagree (and the group stays usable), then blocks padded to the largest"""
@@ -363,9 +369,9 @@ class LockstepGroup(dist.ProcessGroup):
         for r, out in enumerate(outs):
             out.copy_(got[r, :out.numel()].view(out.shape))
 
-    allgather_coalesced = allgather
+    allgather_coalesced = allgather  # type: ignore[assignment]
 
-    def _gather_into(self, output, inp):
+    def _gather_into(self, output: torch.Tensor, inp: torch.Tensor) -> None:
         self._cpu(output)
         if output.numel() != inp.numel() * self._n or output.dtype != inp.dtype:
             raise self._invalid(f"all_gather_into_tensor needs an output of {self._n} x {inp.numel()} "
@@ -375,20 +381,20 @@ class LockstepGroup(dist.ProcessGroup):
         else:
             output.copy_(self._gather(inp).view(output.shape))
 
-    def all_gather_single(self, output, inp, opts=None):
+    def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         self._gather_into(output, inp)
         return _done(output, opts)
 
-    _allgather_base = all_gather_single
+    _allgather_base = all_gather_single  # type: ignore[assignment]
 
-    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+    def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         for out, inp in zip(outputs, inputs):
             self._gather_into(out, inp)
         return _done(outputs, opts)
 
-    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
-    def gather(self, output_lists, inputs, opts):
+    def gather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         root = self._me == opts.rootRank
         for k, inp in enumerate(inputs):
             every = self._gather(inp)  # every rank takes part; only the root keeps it
@@ -397,7 +403,7 @@ class LockstepGroup(dist.ProcessGroup):
                     out.copy_(every[r])
         return _done(output_lists, opts)
 
-    def scatter(self, outputs, input_lists, opts):
+    def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
         root = self._me == opts.rootRank
         for k, out in enumerate(outputs):
             self._cpu(out)
@@ -414,11 +420,11 @@ class LockstepGroup(dist.ProcessGroup):
 
     # ---- all-to-all -------------------------------------------------------------------
 
-    def _alltoall_equal(self, send, recv):
+    def _alltoall_equal(self, send: torch.Tensor, recv: torch.Tensor) -> None:
         """block k of send (contiguous uint8) to rank k, block k of recv from rank k"""
         self.comm.alltoall(send, recv)
 
-    def _check_splits(self, ins, outs):
+    def _check_splits(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> torch.Tensor:
         """every rank's block sizes, (n, n): row r what rank r sends to each rank; the
         same ValueError on every rank unless each send matches its receiver's expectation"""
         n = self._n
@@ -430,7 +436,7 @@ class LockstepGroup(dist.ProcessGroup):
                              "what rank k expects from rank r)")
         return every[:, :n]
 
-    def _alltoall_blocks(self, ins, outs):
+    def _alltoall_blocks(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
         """ins[k] to rank k, outs[k] from rank k: contiguous uint8 tensors, sizes in
         any pattern the ranks agree on. Unequal blocks are padded to the largest."""
         n = self._n
@@ -444,7 +450,9 @@ class LockstepGroup(dist.ProcessGroup):
         for k, t in enumerate(outs):
             t.copy_(recv[k, :t.numel()])
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
+                      output_split_sizes: List[int], input_split_sizes: List[int],
+                      opts: Any = None) -> Optional[dist.Work]:
         self._cpu(output)
         self._cpu(input)
         n = self._n
@@ -460,7 +468,7 @@ class LockstepGroup(dist.ProcessGroup):
                 output.copy_(dst)
             return _done(output, opts)
 
-        def blocks(t, splits):
+        def blocks(t: torch.Tensor, splits: Sequence[int]) -> List[torch.Tensor]:
             rows = t.shape[0] if t.dim() else 1
             splits = list(splits) or [rows // n] * n
             if len(splits) != n or sum(splits) != rows:
@@ -475,9 +483,9 @@ class LockstepGroup(dist.ProcessGroup):
             output.copy_(work)
         return _done(output, opts)
 
-    all_to_all_single = alltoall_base  # what dist.all_to_all_single calls
+    all_to_all_single = alltoall_base  # type: ignore[assignment]  # what dist.all_to_all_single calls
 
-    def alltoall(self, output_tensors, input_tensors, opts=None):
+    def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
         if len(output_tensors) != self._n or len(input_tensors) != self._n:
             raise self._invalid(f"all_to_all takes {self._n} input and {self._n} output tensors")
         works = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype)
@@ -489,42 +497,45 @@ class LockstepGroup(dist.ProcessGroup):
                 o.copy_(w)
         return _done(output_tensors, opts)
 
-    def barrier(self, opts=None):
+    def barrier(self, opts: Any = None) -> dist.Work:
         self._barrier()
         return _completed(None)  # a work even when blocking: some callers (torch.distributed.rpc) wait on it
 
     # ---- what lockstep does not do ----------------------------------------------------
 
-    def _none(self, what):
+    def _none(self, what: str) -> NoReturn:
         raise NotImplementedError(f"the lockstep back end has no {what}; run it on a group of another "
                                   f"back end, e.g. dist.new_group(backend=\"gloo\")")
 
     # ---- point to point: gloo's -------------------------------------------------------
 
-    def _peers(self, what):
+    def _peers(self, what: str) -> _Gloo:
         if self._p2p is None:
             self._none(f"{what} in a group made with Options(point_to_point=False)")
         return self._p2p
 
-    def send(self, tensors, dst, tag):
-        return self._peers("send").send([_cpu(t) for t in tensors], dst, tag)
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        work: dist.Work = self._peers("send").send([_cpu(t) for t in tensors], dst, tag)
+        return work
 
-    def recv(self, tensors, src, tag):
-        return self._peers("recv").recv([_cpu(t) for t in tensors], src, tag)
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> dist.Work:
+        work: dist.Work = self._peers("recv").recv([_cpu(t) for t in tensors], src, tag)
+        return work
 
-    def recv_anysource(self, tensors, tag):
-        return self._peers("recv").recv_anysource([_cpu(t) for t in tensors], tag)
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> dist.Work:
+        work: dist.Work = self._peers("recv").recv_anysource([_cpu(t) for t in tensors], tag)
+        return work
 
-    def monitored_barrier(self, *a, **k):
+    def monitored_barrier(self, *a: Any, **k: Any) -> NoReturn:
         self._none("monitored_barrier (use barrier)")
 
     # ---- teardown ---------------------------------------------------------------------
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self.comm.close()
         self._p2p = None
 
-    def abort(self):
+    def abort(self) -> None:
         self.comm.close()
         self._p2p = None
 
@@ -534,7 +545,8 @@ class _Hosts(LockstepGroup):
     host's Comm, between the hosts' leaders (local rank 0) on gloo, and again on this
     host's Comm."""
 
-    def __init__(self, comm, rank, size, hosts, gloo, p2p):
+    def __init__(self, comm: Comm, rank: int, size: int, hosts: List[int], gloo: Optional[_Gloo],
+                 p2p: Optional[_Gloo]) -> None:
         super().__init__(comm, rank, size, p2p)
         self._host_of = hosts  # rank -> host index
         self._local = [[r for r in range(size) if hosts[r] == h] for h in range(max(hosts) + 1)]
@@ -545,10 +557,10 @@ class _Hosts(LockstepGroup):
 
     # all-to-all: every rank's blocks go straight to their ranks through the gloo group
     # made for point to point, which spans every rank (no leaders' step would save a copy)
-    def _alltoall_equal(self, send, recv):
+    def _alltoall_equal(self, send: torch.Tensor, recv: torch.Tensor) -> None:
         self._peers("all_to_all across hosts").alltoall_base(recv, send, [], []).wait()
 
-    def _alltoall_blocks(self, ins, outs):
+    def _alltoall_blocks(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
         self._check_splits(ins, outs)  # gloo would wait out its timeout instead
         out_sizes = [t.numel() for t in outs]
         recv = torch.empty(sum(out_sizes), dtype=torch.uint8)
@@ -557,7 +569,7 @@ class _Hosts(LockstepGroup):
         for t, part in zip(outs, torch.split(recv, out_sizes)):
             t.copy_(part)
 
-    def _allreduce(self, t, name):
+    def _allreduce(self, t: torch.Tensor, name: Op) -> None:
         first, last = self._HOST_STEPS["all_reduce"]
         with self._step(first):
             self.comm.allreduce(t, name)
@@ -568,7 +580,7 @@ class _Hosts(LockstepGroup):
         with self._step(last):
             self.comm.broadcast(t, 0)
 
-    def _allgather(self, inp, out=None):
+    def _allgather(self, inp: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         first, last = self._HOST_STEPS["all_gather"]
         with self._step(first):
             mine = self.comm.allgather(inp)  # this host's ranks, in rank order
@@ -587,7 +599,7 @@ class _Hosts(LockstepGroup):
             self.comm.broadcast(every, 0)
         return every if out is None else out
 
-    def _broadcast(self, t, root):
+    def _broadcast(self, t: torch.Tensor, root: int) -> None:
         h = self._host_of[root]
         first, last = self._HOST_STEPS["broadcast"]
         if self._host_of[self._me] == h:
@@ -601,7 +613,7 @@ class _Hosts(LockstepGroup):
             with self._step(last):
                 self.comm.broadcast(t, 0)
 
-    def _barrier(self):
+    def _barrier(self) -> None:
         first, last = self._HOST_STEPS["barrier"]
         with self._step(first):
             self.comm.barrier()
@@ -610,12 +622,12 @@ class _Hosts(LockstepGroup):
         with self._step(last):
             self.comm.barrier()
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         super().shutdown()
         self._gloo = None
 
 
-def _host():
+def _host() -> str:
     """what tells hosts apart: the name and, for machines that share one, the boot"""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -654,7 +666,7 @@ class Options:
 _GLOO_TRIES = 3
 
 
-def _gloo(store, prefix, rank, size, timeout, what):
+def _gloo(store: Any, prefix: str, rank: int, size: int, timeout: Any, what: str) -> _Gloo:
     """A ProcessGroupGloo of `size` ranks over store, made by every one of them together.
     Making one fails now and then in gloo's connections on one rank ("Gloo connectFullMesh
     failed ... Connection closed by peer", 1 CI run in 11 here, in a group made right
@@ -664,12 +676,13 @@ def _gloo(store, prefix, rank, size, timeout, what):
     for attempt in range(_GLOO_TRIES):
         at = f"{prefix}/{attempt}/"
         try:
-            pg, err = dist.ProcessGroupGloo(dist.PrefixStore(at, store), rank, size, timeout), None
+            pg, err = dist.ProcessGroupGloo(dist.PrefixStore(at, store), rank, size, timeout), None  # type: ignore[attr-defined]
         except RuntimeError as e:
             pg, err = None, e
         store.set(f"{at}made/{rank}", b"0" if pg is None else b"1")
         failed = [r for r in range(size) if store.get(f"{at}made/{r}") != b"1"]
         if not failed:
+            assert pg is not None  # (this rank's own succeeded)
             return pg
         del pg  # closes its connections: the next try connects anew
     mine = f"; on this rank: {err}" if err is not None else " (their own errors say why)"
@@ -677,7 +690,7 @@ def _gloo(store, prefix, rank, size, timeout, what):
                        f"{_GLOO_TRIES} times{mine}") from err
 
 
-def _create(opts, options):
+def _create(opts: Any, options: Optional[Options]) -> LockstepGroup:
     if options is None:
         options = Options()
     elif not isinstance(options, Options):

@@ -78,6 +78,9 @@ from . import Comm, Op, _lockstep, _tensor_bytes, _torch_seen
 
 _torch_seen(torch)  # plain tensors go to C from the first call
 
+_Tensors = List[torch.Tensor]
+_MaybeWork = Optional[dist.Work]  # None for a blocking call (see _done)
+
 __all__ = ["LockstepGroup", "Options", "comm"]
 
 # Reduction ops as ints: comparing or hashing torch's pybind enum costs 0.2-0.5 us each
@@ -86,9 +89,11 @@ SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR = (int(_R.SUM), int(_R.AVG), int(_R
                                                 int(_R.MIN), int(_R.BAND), int(_R.BOR), int(_R.BXOR))
 _NATIVE_OPS: Dict[int, Op] = {SUM: "sum", MAX: "max", MIN: "min"}  # AVG: a sum, divided
 _NATIVE_CODES = {op: _lockstep.OPS.index(name) for op, name in _NATIVE_OPS.items()}  # for try_allreduce
-_GLOO_OPS: Dict[str, Any] = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}  # across hosts
+_GLOO_OPS: Dict[str, Any] = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,  # across hosts
+                             "min": dist.ReduceOp.MIN}
 _NATIVE_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.int32))
-_FOLDS: Dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {  # acc = acc op x, in place, for what lockstep has no kernel for
+# acc = acc op x, in place, for what lockstep has no kernel for
+_FOLDS: Dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     SUM: lambda acc, x: acc.add_(x),
     AVG: lambda acc, x: acc.add_(x),
     PRODUCT: lambda acc, x: acc.mul_(x),
@@ -126,7 +131,7 @@ def _completed(result: Any) -> dist.Work:
     return work
 
 
-def _done(result: Any, opts: Any) -> Optional[dist.Work]:
+def _done(result: Any, opts: Any) -> _MaybeWork:
     """What a collective returns: None for a blocking call (torch then waits on nothing),
     a completed work for async_op=True."""
     return _completed(result) if getattr(opts, "asyncOp", True) else None
@@ -240,6 +245,9 @@ class LockstepGroup(dist.ProcessGroup):
         return f"LockstepGroup(rank={self._me}, size={self._n})"
 
     # ---- the reductions ---------------------------------------------------------------
+    # (The collectives' `type: ignore[override]`: torch calls a Python back end's methods
+    # as (tensors, options), and a blocking call may return None, while torch 2.13's stubs
+    # give ProcessGroup's methods the signatures of its own Python-facing overloads.)
 
     def _reduce(self, t: torch.Tensor, op: int) -> None:
         """t = op over every rank's t, in place, the same bits on every rank"""
@@ -264,7 +272,7 @@ class LockstepGroup(dist.ProcessGroup):
         if work is not t:
             t.copy_(work)
 
-    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def allreduce(self, tensors: _Tensors, opts: Any = None) -> _MaybeWork:  # type: ignore[override]
         op = _op(opts) if opts is not None else SUM
         code = _NATIVE_CODES.get(op)
         for t in tensors:
@@ -272,10 +280,10 @@ class LockstepGroup(dist.ProcessGroup):
                 self._reduce(t, op)  # the rest: other ops, dtypes, layouts; and the checks
         return _done(tensors, opts)
 
-    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def allreduce_coalesced(self, tensors: _Tensors, opts: Any = None) -> _MaybeWork:  # type: ignore[override]
         return self.allreduce(tensors, opts)
 
-    def reduce(self, tensors: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def reduce(self, tensors: _Tensors, opts: Any) -> _MaybeWork:  # type: ignore[override]
         for t in tensors:
             self._reduce(t if self._me == opts.rootRank else t.clone(), _op(opts))
         return _done(tensors, opts)
@@ -303,18 +311,21 @@ class LockstepGroup(dist.ProcessGroup):
         self._reduce(whole, op)
         out.copy_(whole.view(self._n, -1)[self._me].view(out.shape))
 
-    def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def reduce_scatter(self, outputs: _Tensors, input_lists: List[_Tensors],  # type: ignore[override]
+                       opts: Any) -> _MaybeWork:
         for out, parts in zip(outputs, input_lists):
             self._reduce_scatter_one(out, torch.cat([p.reshape(-1) for p in parts]), _op(opts))
         return _done(outputs, opts)
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
+                              opts: Any) -> _MaybeWork:
         self._reduce_scatter_one(output, input.reshape(-1), _op(opts))
         return _done(output, opts)
 
     _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
 
-    def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def reduce_scatter_tensor_coalesced(self, outputs: _Tensors, inputs: _Tensors,  # type: ignore[override]
+                                        opts: Any) -> _MaybeWork:
         for out, inp in zip(outputs, inputs):
             self._reduce_scatter_one(out, inp.reshape(-1), _op(opts))
         return _done(outputs, opts)
@@ -323,7 +334,7 @@ class LockstepGroup(dist.ProcessGroup):
 
     # ---- moving data ------------------------------------------------------------------
 
-    def broadcast(self, tensors: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def broadcast(self, tensors: _Tensors, opts: Any) -> _MaybeWork:  # type: ignore[override]
         for t in tensors:
             work = self._cpu(t) if t.is_contiguous() else t.contiguous()
             self._broadcast(work, opts.rootRank)
@@ -335,7 +346,8 @@ class LockstepGroup(dist.ProcessGroup):
         """every rank's inp, as a (size, *inp.shape) tensor"""
         return self._allgather(self._cpu(inp).contiguous())
 
-    def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def allgather(self, output_lists: List[_Tensors], inputs: _Tensors,  # type: ignore[override]
+                  opts: Any = None) -> _MaybeWork:
         for outs, inp in zip(output_lists, inputs):
             if len(outs) != self._n:
                 raise self._invalid(f"all_gather needs a list of {self._n} output tensors, not {len(outs)}")
@@ -348,7 +360,7 @@ class LockstepGroup(dist.ProcessGroup):
                 out.copy_(every[r])
         return _done(output_lists, opts)
 
-    def _gather_uneven(self, outs: List[torch.Tensor], inp: torch.Tensor) -> None:
+    def _gather_uneven(self, outs: _Tensors, inp: torch.Tensor) -> None:
         """all_gather into outputs of different sizes (output r: rank r's input, as NCCL
         allows): the sizes first, so that every rank raises the same ValueError when the
         ranks disagree (and the group stays usable), then blocks padded to the largest"""
@@ -381,20 +393,22 @@ class LockstepGroup(dist.ProcessGroup):
         else:
             output.copy_(self._gather(inp).view(output.shape))
 
-    def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor,  # type: ignore[override]
+                          opts: Any = None) -> _MaybeWork:
         self._gather_into(output, inp)
         return _done(output, opts)
 
     _allgather_base = all_gather_single  # type: ignore[assignment]
 
-    def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def allgather_into_tensor_coalesced(self, outputs: _Tensors, inputs: _Tensors,  # type: ignore[override]
+                                        opts: Any = None) -> _MaybeWork:
         for out, inp in zip(outputs, inputs):
             self._gather_into(out, inp)
         return _done(outputs, opts)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
-    def gather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def gather(self, output_lists: List[_Tensors], inputs: _Tensors, opts: Any) -> _MaybeWork:  # type: ignore[override]
         root = self._me == opts.rootRank
         for k, inp in enumerate(inputs):
             every = self._gather(inp)  # every rank takes part; only the root keeps it
@@ -403,7 +417,8 @@ class LockstepGroup(dist.ProcessGroup):
                     out.copy_(every[r])
         return _done(output_lists, opts)
 
-    def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any) -> Optional[dist.Work]:  # type: ignore[override]
+    def scatter(self, outputs: _Tensors, input_lists: List[_Tensors],  # type: ignore[override]
+                opts: Any) -> _MaybeWork:
         root = self._me == opts.rootRank
         for k, out in enumerate(outputs):
             self._cpu(out)
@@ -424,7 +439,7 @@ class LockstepGroup(dist.ProcessGroup):
         """block k of send (contiguous uint8) to rank k, block k of recv from rank k"""
         self.comm.alltoall(send, recv)
 
-    def _check_splits(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> torch.Tensor:
+    def _check_splits(self, ins: _Tensors, outs: _Tensors) -> torch.Tensor:
         """every rank's block sizes, (n, n): row r what rank r sends to each rank; the
         same ValueError on every rank unless each send matches its receiver's expectation"""
         n = self._n
@@ -436,7 +451,7 @@ class LockstepGroup(dist.ProcessGroup):
                              "what rank k expects from rank r)")
         return every[:, :n]
 
-    def _alltoall_blocks(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+    def _alltoall_blocks(self, ins: _Tensors, outs: _Tensors) -> None:
         """ins[k] to rank k, outs[k] from rank k: contiguous uint8 tensors, sizes in
         any pattern the ranks agree on. Unequal blocks are padded to the largest."""
         n = self._n
@@ -452,7 +467,7 @@ class LockstepGroup(dist.ProcessGroup):
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,  # type: ignore[override]
                       output_split_sizes: List[int], input_split_sizes: List[int],
-                      opts: Any = None) -> Optional[dist.Work]:
+                      opts: Any = None) -> _MaybeWork:
         self._cpu(output)
         self._cpu(input)
         n = self._n
@@ -468,7 +483,7 @@ class LockstepGroup(dist.ProcessGroup):
                 output.copy_(dst)
             return _done(output, opts)
 
-        def blocks(t: torch.Tensor, splits: Sequence[int]) -> List[torch.Tensor]:
+        def blocks(t: torch.Tensor, splits: Sequence[int]) -> _Tensors:
             rows = t.shape[0] if t.dim() else 1
             splits = list(splits) or [rows // n] * n
             if len(splits) != n or sum(splits) != rows:
@@ -485,7 +500,8 @@ class LockstepGroup(dist.ProcessGroup):
 
     all_to_all_single = alltoall_base  # type: ignore[assignment]  # what dist.all_to_all_single calls
 
-    def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor], opts: Any = None) -> Optional[dist.Work]:  # type: ignore[override]
+    def alltoall(self, output_tensors: _Tensors, input_tensors: _Tensors,  # type: ignore[override]
+                 opts: Any = None) -> _MaybeWork:
         if len(output_tensors) != self._n or len(input_tensors) != self._n:
             raise self._invalid(f"all_to_all takes {self._n} input and {self._n} output tensors")
         works = [o if o.is_contiguous() else torch.empty(o.shape, dtype=o.dtype)
@@ -514,15 +530,15 @@ class LockstepGroup(dist.ProcessGroup):
             self._none(f"{what} in a group made with Options(point_to_point=False)")
         return self._p2p
 
-    def send(self, tensors: List[torch.Tensor], dst: int, tag: int) -> dist.Work:
+    def send(self, tensors: _Tensors, dst: int, tag: int) -> dist.Work:
         work: dist.Work = self._peers("send").send([_cpu(t) for t in tensors], dst, tag)
         return work
 
-    def recv(self, tensors: List[torch.Tensor], src: int, tag: int) -> dist.Work:
+    def recv(self, tensors: _Tensors, src: int, tag: int) -> dist.Work:
         work: dist.Work = self._peers("recv").recv([_cpu(t) for t in tensors], src, tag)
         return work
 
-    def recv_anysource(self, tensors: List[torch.Tensor], tag: int) -> dist.Work:
+    def recv_anysource(self, tensors: _Tensors, tag: int) -> dist.Work:
         work: dist.Work = self._peers("recv").recv_anysource([_cpu(t) for t in tensors], tag)
         return work
 
@@ -560,7 +576,7 @@ class _Hosts(LockstepGroup):
     def _alltoall_equal(self, send: torch.Tensor, recv: torch.Tensor) -> None:
         self._peers("all_to_all across hosts").alltoall_base(recv, send, [], []).wait()
 
-    def _alltoall_blocks(self, ins: List[torch.Tensor], outs: List[torch.Tensor]) -> None:
+    def _alltoall_blocks(self, ins: _Tensors, outs: _Tensors) -> None:
         self._check_splits(ins, outs)  # gloo would wait out its timeout instead
         out_sizes = [t.numel() for t in outs]
         recv = torch.empty(sum(out_sizes), dtype=torch.uint8)
@@ -676,7 +692,8 @@ def _gloo(store: Any, prefix: str, rank: int, size: int, timeout: Any, what: str
     for attempt in range(_GLOO_TRIES):
         at = f"{prefix}/{attempt}/"
         try:
-            pg, err = dist.ProcessGroupGloo(dist.PrefixStore(at, store), rank, size, timeout), None  # type: ignore[attr-defined]
+            prefixed = dist.PrefixStore(at, store)  # type: ignore[attr-defined]  # (not in torch's stubs' exports)
+            pg, err = dist.ProcessGroupGloo(prefixed, rank, size, timeout), None
         except RuntimeError as e:
             pg, err = None, e
         store.set(f"{at}made/{rank}", b"0" if pg is None else b"1")

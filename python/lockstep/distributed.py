@@ -68,7 +68,7 @@ import contextlib
 import os
 import socket
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence
 
 import torch
 import torch.distributed as dist

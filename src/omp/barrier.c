@@ -1,0 +1,123 @@
+/* The team barrier, task-aware.
+ *
+ * count holds every arrival since the team was made. A thread keeps the count that
+ * completes its next episode (next_target: the region's base plus n per episode), adds
+ * one to count when it arrives, and waits until count >= next_target. The last
+ * arrival is itself the release: waiters watch one word that changes once per
+ * arrival, as lockstep's COUNTER barrier does.
+ *
+ * Tasks: a thread may leave once it sees count >= target and no deferred task pending.
+ * Every task of the episode was counted in pending before its creator arrived, so
+ * pending == 0 seen after the last arrival means all of them have finished (a later
+ * zero cannot hide them). While tasks are pending, waiters run queued ones.
+ *
+ * Parking: a waiter that has spun and yielded its budget registers in bell.sleepers,
+ * re-checks, and sleeps on the bell word. Whoever makes a waiter's condition true (the
+ * last arrival, a task queued, the last pending task finishing) then reads sleepers
+ * and, if any, bumps the bell and wakes them. Both sides order their write before
+ * their read with a full fence (a locked RMW on x86), so either the waiter sees the
+ * change or the waker sees the waiter. */
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "omp_impl.h"
+
+void ls_omp_init_wait(struct ls_omp_team *team)
+{
+    if (lockstep_wait_init(&team->wait, ls_omp_g.wait_policy, 1, 0) != 0)
+        lockstep_wait_init(&team->wait, LOCKSTEP_WAIT_AUTO, 1, 0);
+    if (ls_omp_g.spincount >= 0)
+        team->wait.spin = (uint32_t)(ls_omp_g.spincount > UINT32_MAX ? UINT32_MAX
+                                                                     : ls_omp_g.spincount);
+}
+
+void ls_omp_ring(struct ls_omp_team *team)
+{
+    /* the caller's write (an arrival, a push, a finished task) before this read */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (ls_load_relaxed(&team->bell.sleepers) != 0) {
+        ls_fetch_add(&team->bell.value, 1u, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &team->bell.value, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+static inline bool done(struct ls_omp_team *team, uint64_t target, int gather)
+{
+    return ls_load_acquire(&team->count) >= target && ls_load_acquire(&team->pending) == 0 &&
+           (!gather || ls_load_acquire(&team->leaving) == 0);
+}
+
+/* Spin only while the threads of all teams inside regions fit the CPUs: past that, a
+ * spinner takes the time slice the thread it waits for needs. */
+static inline bool may_spin(void)
+{
+    return ls_omp_active_threads() <= ls_omp_g.n_cpus;
+}
+
+void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target, int gather)
+{
+    const lockstep_wait_t *w = &team->wait;
+    uint32_t spins = may_spin() ? w->spin : 0;
+    uint32_t yields = spins ? w->yields : LOCKSTEP_YIELDS_OVERSUBSCRIBED;
+    uint32_t i = 0;
+    for (;;) {
+        if (done(team, target, gather))
+            return;
+        if (ls_load_relaxed(&team->queued) != 0 && ls_omp_run_one_task(t)) {
+            i = 0;
+            continue;
+        }
+        if (i < spins) {
+            ls_cpu_relax();
+        } else if (i < spins + yields || (w->flags & LOCKSTEP_WAIT_F_NOPARK)) {
+            sched_yield();
+        } else {
+            uint32_t seen = ls_load_acquire(&team->bell.value);
+            ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
+            if (!done(team, target, gather) && ls_load_relaxed(&team->queued) == 0)
+                syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+            ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
+            i = spins; /* woken: yield a round before parking again */
+            continue;
+        }
+        i++;
+    }
+}
+
+uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
+{
+    uint64_t target = t->c.next_target;
+    t->c.next_target = target + (uint64_t)team->n;
+    LS_PERTURB();
+    /* acq_rel: publishes this thread's writes to every thread that sees the count
+     * reach target (the barrier's contract) */
+    uint64_t now = ls_fetch_add(&team->count, 1u, __ATOMIC_ACQ_REL) + 1u;
+    if (now >= target - 1u) /* the last arrival, or the last worker's at a join */
+        ls_omp_ring(team);
+    return target;
+}
+
+void ls_omp_barrier(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_team *team = t->c.team;
+    LS_OMP_COUNT(barriers, 1);
+    if (!team || team->n == 1) /* alone: its tasks have all run where created */
+        return;
+    ls_omp_wait(t, team, ls_omp_arrive(t, team), 0);
+}
+
+LS_OMP_EXPORT void GOMP_barrier(void)
+{
+    ls_omp_barrier();
+}
+
+LS_OMP_EXPORT bool GOMP_barrier_cancel(void)
+{
+    ls_omp_barrier();
+    return false;
+}

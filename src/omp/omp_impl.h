@@ -1,0 +1,265 @@
+/* The OpenMP runtime's private state, shared by the files of src/omp.
+ *
+ * Threads and teams:
+ *   - Each application thread that opens a region outside any other is an initial
+ *     thread; it owns a pool (its workers and one team object reused region after
+ *     region), so worker i is the same OS thread in every region of that thread.
+ *   - A region of one thread (nested regions, num_threads(1)) runs on a serial team
+ *     from the thread's own cache: nothing is shared, every construct is trivial.
+ *   - A thread's context (team, number, work-share count, current task, ICVs) lives in
+ *     its thread-local ls_omp_thread; a nested region saves it and restores it.
+ *
+ * The team barrier (barrier.c) counts arrivals in one 64-bit word that is never
+ * reset: episode k of a region is complete when it reaches base + k * n. Waiters
+ * that park sleep on a doorbell in the same line, rung when an episode completes, a
+ * task is queued or the last pending task finishes, so a waiting thread also runs the
+ * team's tasks. Fork/join costs one episode: workers arrive at the end of a region
+ * and wait; the master gathers them (the join), and its own arrival at that episode,
+ * when it forks the next region, releases them. */
+#ifndef LOCKSTEP_OMP_IMPL_H
+#define LOCKSTEP_OMP_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lockstep/wait.h"
+#include "../internal.h"
+#include "tuning.h"
+
+#define LS_OMP_EXPORT __attribute__((visibility("default")))
+#define LS_PADTO(used) char LS_CAT(pad_, __LINE__)[LOCKSTEP_CACHELINE - (used)]
+#define LS_CAT2(a, b) a##b
+#define LS_CAT(a, b) LS_CAT2(a, b)
+
+/* Schedule kinds as omp.h numbers them (omp_sched_t); 0x80000000 marks monotonic. */
+enum { LS_SCHED_STATIC = 1, LS_SCHED_DYNAMIC = 2, LS_SCHED_GUIDED = 3, LS_SCHED_AUTO = 4 };
+#define LS_SCHED_MONOTONIC 0x80000000u
+#define LS_WS_ORDERED 0x100 /* or'ed into a descriptor's schedule: an ordered loop */
+
+/* proc_bind values as omp.h numbers them (omp_proc_bind_t) */
+enum { LS_BIND_FALSE = 0, LS_BIND_TRUE = 1, LS_BIND_PRIMARY = 2, LS_BIND_CLOSE = 3,
+       LS_BIND_SPREAD = 4 };
+
+/* Internal control variables of one data environment. */
+struct ls_omp_icv {
+    int nthreads;          /* nthreads-var for the next region */
+    int run_sched;         /* run-sched-var kind (LS_SCHED_*, monotonic bit allowed) */
+    long run_chunk;        /* its chunk, 0 = default */
+    int dyn;               /* dyn-var */
+    int max_active_levels; /* max-active-levels-var */
+    int bind;              /* bind-var for the next region */
+    int default_device;
+};
+
+/* Process-wide settings read once at load (env.c). */
+struct ls_omp_global {
+    struct ls_omp_icv icv;       /* initial ICVs of every initial thread */
+    int *nthreads_list;          /* OMP_NUM_THREADS per nesting level */
+    int n_nthreads_list;
+    int *bind_list;              /* OMP_PROC_BIND per nesting level */
+    int n_bind_list;
+    int thread_limit;            /* OMP_THREAD_LIMIT */
+    int n_cpus;                  /* CPUs the process may use */
+    int places;                  /* OMP_PLACES given: number of places (one per CPU) */
+    size_t stacksize;            /* worker stacks, 0 = default */
+    lockstep_wait_policy_t wait_policy;
+    long spincount;              /* GOMP_SPINCOUNT, -1 = not set */
+    int stats;                   /* LOCKSTEP_OMP_STATS */
+    int max_task_priority;
+};
+extern struct ls_omp_global ls_omp_g;
+
+/* What LOCKSTEP_OMP_STATS counts. */
+struct ls_omp_stats {
+    uint64_t regions, barriers, tasks, workers;
+};
+extern struct ls_omp_stats ls_omp_stats;
+#define LS_OMP_COUNT(field, k)                                                          \
+    do {                                                                                \
+        if (LS_UNLIKELY(ls_omp_g.stats))                                                \
+            __atomic_fetch_add(&ls_omp_stats.field, (k), __ATOMIC_RELAXED);             \
+    } while (0)
+
+/* ---- tasks ------------------------------------------------------------------------ */
+
+struct ls_omp_taskgroup {
+    struct ls_omp_taskgroup *prev;   /* enclosing group of the same task */
+    uint32_t count;                  /* queued or running tasks counted in this group */
+};
+
+struct ls_omp_task {
+    void (*fn)(void *);
+    void *data;
+    struct ls_omp_task *parent;      /* holds a reference while this task lives */
+    struct ls_omp_taskgroup *group;  /* the group this task is counted in, or NULL */
+    struct ls_omp_taskgroup *inner;  /* innermost group open in this task's body */
+    struct ls_omp_task *next;        /* team queue link */
+    uint32_t children;               /* live child tasks (taskwait waits for 0) */
+    uint32_t refs;                   /* 1 for running + 1 per live child; heap tasks */
+    bool final;
+    bool heap;                       /* allocated by task.c and freed at refs == 0 */
+};
+
+/* ---- work sharing ------------------------------------------------------------------ */
+
+/* One work-share construct's descriptor, in a ring slot of the team. The iteration
+ * space is normalised to [0, count): value = start + i * incr (mod 2^64). */
+struct ls_omp_ws {
+    uint64_t next;          /* dynamic / guided: first unassigned index */
+    LS_PADTO(8);
+    uint64_t ordered_next;  /* ordered: the index whose chunk may enter next */
+    LS_PADTO(8);
+    uint32_t remaining;     /* threads not yet done with this construct; 0 = free */
+    int sched;              /* LS_SCHED_* (runtime and auto resolved) */
+    int ordered;            /* an ordered loop: chunks pass the turn in order */
+    uint64_t count;
+    uint64_t chunk;
+    uint64_t start, incr;   /* in the caller's type, as 64-bit patterns */
+    void *copy;             /* single copyprivate: the winner's data */
+    uint32_t copy_ready;
+    void *mem;              /* GOMP_loop_start's team-shared memory */
+    size_t mem_size;
+};
+
+/* ---- teams and threads --------------------------------------------------------------- */
+
+struct ls_omp_pool;
+struct ls_omp_team;
+
+/* A thread's place in its current team; saved and restored around nested regions. */
+struct ls_omp_ctx {
+    struct ls_omp_team *team;   /* NULL outside any region */
+    int tid;
+    uint64_t next_target;       /* count that completes this thread's next episode */
+    uint32_t ws_count;          /* work-share constructs this thread has entered */
+    struct ls_omp_ws *ws;       /* the loop or sections construct it is in */
+    uint64_t static_k;          /* static schedule: chunks this thread has taken */
+    uint64_t chunk_lo, chunk_hi;/* its current chunk, for ordered */
+    bool chunk_held;
+    struct ls_omp_task *task;   /* the task it is running */
+    struct ls_omp_icv icv;
+};
+
+
+struct ls_omp_team {
+    /* the barrier (barrier.c): one line */
+    _Alignas(LOCKSTEP_CACHELINE) uint64_t count;   /* arrivals, never reset */
+    lockstep_waitword_t bell;                      /* parked waiters sleep here */
+    LS_PADTO(16);
+
+    /* the region: written by the master before the release */
+    _Alignas(LOCKSTEP_CACHELINE) void (*fn)(void *);
+    void *data;
+    int n;                          /* team size */
+    int level, active_level;
+    int parent_tid;                 /* the master's number in the enclosing team */
+    struct ls_omp_team *parent;     /* the enclosing team, NULL at level 1 */
+    uint64_t base;                  /* count when the region started */
+    uint32_t ws_base;               /* work-share count at the region's start */
+    int preinit;                    /* a combined parallel loop: ring[ws_base] is set up */
+    uint32_t leaving;               /* released workers still to notice they left */
+    struct ls_omp_icv icv;          /* ICVs of the region's implicit tasks */
+    struct ls_omp_pool *pool;       /* NULL for a serial team */
+    lockstep_wait_t wait;           /* spin and yield budgets, park or not */
+
+    /* work-share claims: ws_claim = constructs started, ws_inited = initialised */
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t ws_claim;
+    LS_PADTO(4);
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t ws_inited;
+    LS_PADTO(4);
+    struct ls_omp_ws ring[LS_OMP_WS_RING];
+
+    /* deferred tasks: a LIFO queue under a mutex, and counts read without it */
+    _Alignas(LOCKSTEP_CACHELINE) pthread_mutex_t task_lock;
+    struct ls_omp_task *queue;
+    uint32_t queued;                /* tasks in the queue */
+    uint32_t pending;               /* queued or running deferred tasks */
+
+    /* the master's own context outside this region, and its implicit task in it */
+    struct ls_omp_ctx master_saved;
+    struct ls_omp_task master_implicit;
+    struct ls_omp_team *next_free;  /* serial team cache */
+};
+
+struct ls_omp_thread {
+    struct ls_omp_ctx c;
+    struct ls_omp_task implicit;    /* this thread's implicit task in its team */
+    struct ls_omp_pool *pool;       /* initial threads: the pool they own */
+    struct ls_omp_team *serial_free;/* cached serial teams */
+    int initialized;
+};
+
+extern __thread struct ls_omp_thread ls_omp_self;
+extern int ls_omp_used; /* some thread has called into the runtime */
+
+/* The calling thread's state, initialised on first use. */
+static inline struct ls_omp_thread *ls_omp_thr(void)
+{
+    struct ls_omp_thread *t = &ls_omp_self;
+    if (LS_UNLIKELY(!t->initialized)) {
+        t->initialized = 1;
+        ls_store_relaxed(&ls_omp_used, 1);
+        t->c.icv = ls_omp_g.icv;
+        t->c.task = &t->implicit;
+    }
+    return t;
+}
+
+/* team.c */
+void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags,
+                 int preinit_sched, uint64_t start, uint64_t count, uint64_t incr, uint64_t chunk);
+void ls_omp_join(void);
+void ls_omp_pause_pool(void);
+
+/* barrier.c */
+void ls_omp_barrier(void);
+/* Arrive at this thread's next episode; returns the count that completes it. */
+uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team);
+/* Wait until count >= target, no task is pending and (gather) no worker is still
+ * leaving, running queued tasks meanwhile. */
+void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target, int gather);
+/* Wake the team's parked waiters (a task was queued, or the last one finished). */
+void ls_omp_ring(struct ls_omp_team *team);
+void ls_omp_init_wait(struct ls_omp_team *team);
+
+/* work.c */
+void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,
+                    uint64_t incr, uint64_t chunk, int n);
+/* enter the next work-share construct: 1 if this thread initialised it (init runs
+ * under the claim), 0 if it joined one another thread initialised */
+typedef void (*ls_omp_ws_initfn)(struct ls_omp_ws *ws, void *arg, int n);
+int ls_omp_ws_enter(struct ls_omp_thread *t, ls_omp_ws_initfn init, void *arg);
+void ls_omp_ws_leave(struct ls_omp_thread *t);
+bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi);
+void ls_omp_ordered_release(struct ls_omp_thread *t);
+int ls_omp_resolve_sched(int sched, long *chunk, const struct ls_omp_icv *icv);
+
+/* task.c */
+bool ls_omp_run_one_task(struct ls_omp_thread *t);
+void ls_omp_taskwait(struct ls_omp_thread *t);
+
+/* env.c */
+void ls_omp_env_init(void);
+void ls_omp_display_env(int verbose);
+void ls_omp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ls_omp_active_threads_add(int delta);
+int ls_omp_active_threads(void);
+void ls_omp_active_threads_reset(void);
+
+/* unsupported.c */
+void ls_omp_unsupported(const char *name) __attribute__((noreturn));
+
+/* Spin briefly, then yield, until cond holds (short waits only). */
+#define LS_OMP_SPIN_UNTIL(cond)                                                         \
+    do {                                                                                \
+        for (unsigned ls_i_ = 0; !(cond); ls_i_++) {                                    \
+            if (ls_i_ < LS_OMP_SHORT_SPIN)                                              \
+                ls_cpu_relax();                                                         \
+            else                                                                        \
+                sched_yield();                                                          \
+        }                                                                               \
+    } while (0)
+
+#endif

@@ -1,0 +1,292 @@
+/* Mutual exclusion: critical (unnamed and named), atomic, and the omp_*_lock API in
+ * libgomp's layouts (a simple lock is one 32-bit word; a nestable lock is that word,
+ * a count and the owner), with the OpenMP 2.5 versions of the lock functions beside
+ * the 3.0 ones (symbol versions OMP_1.0 and OMP_3.0).
+ *
+ * The lock word: 0 free, 1 held, 2 held with waiters parked on it (futex). A thread
+ * takes it with a CAS 0 -> 1, spinning briefly; a contended locker marks it 2 and parks;
+ * unlock swaps in 0 and wakes one waiter when the word was 2. */
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "omp_impl.h"
+
+static void futex_wait(uint32_t *w, uint32_t val)
+{
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(uint32_t *w, int n)
+{
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static bool mutex_try(uint32_t *w)
+{
+    uint32_t free_ = 0;
+    return __atomic_compare_exchange_n(w, &free_, 1u, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static void mutex_lock(uint32_t *w)
+{
+    if (LS_LIKELY(mutex_try(w)))
+        return;
+    for (unsigned i = 0; i < LS_OMP_SHORT_SPIN; i++) {
+        ls_cpu_relax();
+        if (ls_load_relaxed(w) == 0 && mutex_try(w))
+            return;
+    }
+    /* acquire: the previous holder's writes before its unlock */
+    while (__atomic_exchange_n(w, 2u, __ATOMIC_ACQUIRE) != 0)
+        futex_wait(w, 2u);
+}
+
+static void mutex_unlock(uint32_t *w)
+{
+    /* release: this holder's writes happen-before the next holder's */
+    if (__atomic_exchange_n(w, 0u, __ATOMIC_RELEASE) == 2u)
+        futex_wake(w, 1);
+}
+
+/* ---- critical and atomic ------------------------------------------------------------- */
+
+static uint32_t critical_lock, atomic_lock;
+
+LS_OMP_EXPORT void GOMP_critical_start(void) { mutex_lock(&critical_lock); }
+LS_OMP_EXPORT void GOMP_critical_end(void) { mutex_unlock(&critical_lock); }
+LS_OMP_EXPORT void GOMP_atomic_start(void) { mutex_lock(&atomic_lock); }
+LS_OMP_EXPORT void GOMP_atomic_end(void) { mutex_unlock(&atomic_lock); }
+
+/* A named critical's pointer-sized common variable, zero at load, is itself the lock
+ * word (its first 32 bits). */
+LS_OMP_EXPORT void GOMP_critical_name_start(void **pptr)
+{
+    mutex_lock((uint32_t *)(void *)pptr);
+}
+
+LS_OMP_EXPORT void GOMP_critical_name_end(void **pptr)
+{
+    mutex_unlock((uint32_t *)(void *)pptr);
+}
+
+/* ---- locks ------------------------------------------------------------------------------ */
+
+/* OpenMP 3.0 layout (omp.h: 16 bytes, 8-aligned) */
+struct nest_lock30 {
+    uint32_t lock;
+    int count;
+    void *owner;
+};
+
+/* OpenMP 2.5 layout of a nestable lock (8 bytes): the owner word is the lock */
+struct nest_lock25 {
+    uintptr_t owner_and_count;
+};
+
+/* a nonzero identity per thread */
+static void *self_id(void)
+{
+    return &ls_omp_self;
+}
+
+#define SYMVER(impl, name, ver) __asm__(".symver " #impl "," #name ver)
+
+#define SIMPLE_LOCK(sfx, ver)                                                                 \
+    LS_OMP_EXPORT void ls_init_lock##sfx(uint32_t *l) { *l = 0; }                                \
+    LS_OMP_EXPORT void ls_destroy_lock##sfx(uint32_t *l) { (void)l; }                            \
+    LS_OMP_EXPORT void ls_set_lock##sfx(uint32_t *l) { mutex_lock(l); }                          \
+    LS_OMP_EXPORT void ls_unset_lock##sfx(uint32_t *l) { mutex_unlock(l); }                      \
+    LS_OMP_EXPORT int ls_test_lock##sfx(uint32_t *l) { return mutex_try(l); }                    \
+    SYMVER(ls_init_lock##sfx, omp_init_lock, ver);                                              \
+    SYMVER(ls_destroy_lock##sfx, omp_destroy_lock, ver);                                        \
+    SYMVER(ls_set_lock##sfx, omp_set_lock, ver);                                                \
+    SYMVER(ls_unset_lock##sfx, omp_unset_lock, ver);                                            \
+    SYMVER(ls_test_lock##sfx, omp_test_lock, ver);
+
+SIMPLE_LOCK(30, "@@OMP_3.0")
+SIMPLE_LOCK(25, "@OMP_1.0")
+
+LS_OMP_EXPORT void ls_init_nest_lock30(struct nest_lock30 *l) { memset(l, 0, sizeof *l); }
+LS_OMP_EXPORT void ls_destroy_nest_lock30(struct nest_lock30 *l) { (void)l; }
+
+LS_OMP_EXPORT int ls_test_nest_lock30(struct nest_lock30 *l)
+{
+    void *me = self_id();
+    if (__atomic_load_n(&l->owner, __ATOMIC_RELAXED) == me)
+        return ++l->count;
+    if (!mutex_try(&l->lock))
+        return 0;
+    __atomic_store_n(&l->owner, me, __ATOMIC_RELAXED);
+    return l->count = 1;
+}
+
+LS_OMP_EXPORT void ls_set_nest_lock30(struct nest_lock30 *l)
+{
+    void *me = self_id();
+    if (__atomic_load_n(&l->owner, __ATOMIC_RELAXED) == me) {
+        l->count++;
+        return;
+    }
+    mutex_lock(&l->lock);
+    __atomic_store_n(&l->owner, me, __ATOMIC_RELAXED);
+    l->count = 1;
+}
+
+LS_OMP_EXPORT void ls_unset_nest_lock30(struct nest_lock30 *l)
+{
+    if (--l->count == 0) {
+        __atomic_store_n(&l->owner, NULL, __ATOMIC_RELAXED);
+        mutex_unlock(&l->lock);
+    }
+}
+
+SYMVER(ls_init_nest_lock30, omp_init_nest_lock, "@@OMP_3.0");
+SYMVER(ls_destroy_nest_lock30, omp_destroy_nest_lock, "@@OMP_3.0");
+SYMVER(ls_set_nest_lock30, omp_set_nest_lock, "@@OMP_3.0");
+SYMVER(ls_unset_nest_lock30, omp_unset_nest_lock, "@@OMP_3.0");
+SYMVER(ls_test_nest_lock30, omp_test_nest_lock, "@@OMP_3.0");
+
+/* 2.5: the owner's identity in the word's upper bits would not fit 8 bytes with a
+ * pointer, so the word holds a per-thread id and the count sits in its low 16 bits. */
+static uintptr_t id25(void)
+{
+    return ((uintptr_t)self_id() >> 4) << 16;
+}
+
+LS_OMP_EXPORT void ls_init_nest_lock25(struct nest_lock25 *l) { l->owner_and_count = 0; }
+LS_OMP_EXPORT void ls_destroy_nest_lock25(struct nest_lock25 *l) { (void)l; }
+
+LS_OMP_EXPORT int ls_test_nest_lock25(struct nest_lock25 *l)
+{
+    uintptr_t me = id25(), cur = __atomic_load_n(&l->owner_and_count, __ATOMIC_RELAXED);
+    if (cur != 0 && (cur & ~(uintptr_t)0xffff) == me) {
+        __atomic_store_n(&l->owner_and_count, cur + 1, __ATOMIC_RELAXED);
+        return (int)((cur + 1) & 0xffff);
+    }
+    uintptr_t zero = 0;
+    return __atomic_compare_exchange_n(&l->owner_and_count, &zero, me | 1u, false,
+                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED) ? 1 : 0;
+}
+
+LS_OMP_EXPORT void ls_set_nest_lock25(struct nest_lock25 *l)
+{
+    for (unsigned i = 0; ls_test_nest_lock25(l) == 0; i++) {
+        if (i < LS_OMP_SHORT_SPIN)
+            ls_cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+LS_OMP_EXPORT void ls_unset_nest_lock25(struct nest_lock25 *l)
+{
+    uintptr_t cur = __atomic_load_n(&l->owner_and_count, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->owner_and_count, (cur & 0xffff) == 1 ? 0 : cur - 1, __ATOMIC_RELEASE);
+}
+
+SYMVER(ls_init_nest_lock25, omp_init_nest_lock, "@OMP_1.0");
+SYMVER(ls_destroy_nest_lock25, omp_destroy_nest_lock, "@OMP_1.0");
+SYMVER(ls_set_nest_lock25, omp_set_nest_lock, "@OMP_1.0");
+SYMVER(ls_unset_nest_lock25, omp_unset_nest_lock, "@OMP_1.0");
+SYMVER(ls_test_nest_lock25, omp_test_nest_lock, "@OMP_1.0");
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* The predefined allocators all allocate from the heap here (there is one memory
+ * space); omp_init_allocator answers omp_null_allocator, which the spec allows. */
+static void *alloc_aligned(size_t align, size_t size)
+{
+    void *p = NULL;
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    if (align & (align - 1))
+        return NULL;
+    if (posix_memalign(&p, align, size ? size : 1) != 0)
+        return NULL;
+    return p;
+}
+
+LS_OMP_EXPORT void *GOMP_alloc(size_t align, size_t size, uintptr_t allocator)
+{
+    (void)allocator;
+    void *p = alloc_aligned(align, size);
+    if (!p)
+        ls_omp_unsupported("GOMP_alloc (out of memory, the allocate directive's fallback "
+                           "is abort)");
+    return p;
+}
+
+LS_OMP_EXPORT void GOMP_free(void *ptr, uintptr_t allocator)
+{
+    (void)allocator;
+    free(ptr);
+}
+
+LS_OMP_EXPORT void *omp_alloc(size_t size, uintptr_t allocator)
+{
+    (void)allocator;
+    return alloc_aligned(sizeof(void *) * 2, size);
+}
+
+LS_OMP_EXPORT void *omp_aligned_alloc(size_t align, size_t size, uintptr_t allocator)
+{
+    (void)allocator;
+    return alloc_aligned(align, size);
+}
+
+LS_OMP_EXPORT void *omp_calloc(size_t n, size_t size, uintptr_t allocator)
+{
+    (void)allocator;
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = alloc_aligned(sizeof(void *) * 2, n * size);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
+}
+
+LS_OMP_EXPORT void *omp_aligned_calloc(size_t align, size_t n, size_t size, uintptr_t allocator)
+{
+    (void)allocator;
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = alloc_aligned(align, n * size);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
+}
+
+LS_OMP_EXPORT void *omp_realloc(void *ptr, size_t size, uintptr_t allocator,
+                                uintptr_t free_allocator)
+{
+    (void)allocator;
+    (void)free_allocator;
+    return realloc(ptr, size);
+}
+
+LS_OMP_EXPORT void omp_free(void *ptr, uintptr_t allocator)
+{
+    (void)allocator;
+    free(ptr);
+}
+
+LS_OMP_EXPORT uintptr_t omp_init_allocator(uintptr_t memspace, int ntraits, const void *traits)
+{
+    (void)memspace;
+    (void)ntraits;
+    (void)traits;
+    return 0; /* omp_null_allocator: no custom allocators */
+}
+
+LS_OMP_EXPORT void omp_destroy_allocator(uintptr_t allocator) { (void)allocator; }
+
+static __thread uintptr_t default_allocator = 1; /* omp_default_mem_alloc */
+
+LS_OMP_EXPORT void omp_set_default_allocator(uintptr_t a) { default_allocator = a ? a : 1; }
+LS_OMP_EXPORT uintptr_t omp_get_default_allocator(void) { return default_allocator; }

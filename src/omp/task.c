@@ -1,0 +1,352 @@
+/* Explicit tasks: task, taskwait, taskgroup, taskyield, taskloop.
+ *
+ * A deferred task is copied to the heap and pushed on its team's queue (LIFO, under a
+ * mutex); pending counts it until it finishes, and the team barrier does not release
+ * an episode while pending > 0 (team.c), so every task created in a region has run
+ * when the region, or a barrier in it, ends. Any thread of the team runs queued tasks
+ * while it waits at a barrier or at the join; taskwait and taskgroup end run only the
+ * tasks they wait for (the task scheduling constraint for tied tasks).
+ *
+ * A task runs at once instead (undeferred) when: its if clause is false; it is final
+ * or inside a final task; the team has one thread; the queue already holds
+ * LS_OMP_TASKS_PER_THREAD per thread; or it has depend clauses, in which case its
+ * parent's earlier children finish first, so it runs after every sibling it could
+ * depend on, in creation order.
+ *
+ * Lifetime: a heap task holds one reference for its run and one per live child (a
+ * child decrements its parent's counts when it finishes); the last reference frees
+ * it. Implicit tasks are never freed: a region ends only after all its tasks. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omp_impl.h"
+
+/* gcc's GOMP_TASK_FLAG_* bits (the ABI) */
+#define F_UNTIED 1u
+#define F_FINAL 2u
+#define F_DEPEND 8u
+#define F_GRAINSIZE (1u << 9)
+#define F_IF (1u << 10)
+#define F_NOGROUP (1u << 11)
+#define F_REDUCTION (1u << 12)
+#define F_DETACH (1u << 13)
+
+static void task_release(struct ls_omp_task *task)
+{
+    if (task->heap && ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+        free(task);
+}
+
+/* Run a task on this thread, then retire it. */
+static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool deferred)
+{
+    struct ls_omp_task *saved = t->c.task;
+    t->c.task = task;
+    task->fn(task->data);
+    t->c.task = saved;
+    LS_OMP_COUNT(tasks, 1);
+    struct ls_omp_task *parent = task->parent;
+    struct ls_omp_taskgroup *group = task->group;
+    struct ls_omp_team *team = t->c.team;
+    if (group)
+        ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
+    if (parent) {
+        ls_fetch_add(&parent->children, (uint32_t)-1, __ATOMIC_RELEASE);
+        task_release(parent);
+    }
+    task_release(task);
+    /* the last pending task: a barrier may now complete */
+    if (deferred && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+        ls_omp_ring(team);
+}
+
+/* Take the first queued task that `want` accepts (NULL accepts any). */
+static struct ls_omp_task *take(struct ls_omp_team *team,
+                                bool (*want)(const struct ls_omp_task *, const void *),
+                                const void *arg)
+{
+    if (ls_load_acquire(&team->queued) == 0)
+        return NULL;
+    pthread_mutex_lock(&team->task_lock);
+    struct ls_omp_task **pp = &team->queue, *task;
+    while ((task = *pp) && want && !want(task, arg))
+        pp = &task->next;
+    if (task) {
+        *pp = task->next;
+        ls_store_relaxed(&team->queued, team->queued - 1u);
+    }
+    pthread_mutex_unlock(&team->task_lock);
+    return task;
+}
+
+bool ls_omp_run_one_task(struct ls_omp_thread *t)
+{
+    struct ls_omp_team *team = t->c.team;
+    if (!team || !team->pool) /* a serial team queues nothing */
+        return false;
+    struct ls_omp_task *task = take(team, NULL, NULL);
+    if (!task)
+        return false;
+    run_task(t, task, true);
+    return true;
+}
+
+static bool is_child(const struct ls_omp_task *task, const void *parent)
+{
+    return task->parent == parent;
+}
+
+/* Until *count is 0, run queued tasks that `want` accepts; between tries, wait for the
+ * count or for the queue to change (the rest run on other threads). */
+static void run_until_zero(struct ls_omp_thread *t, uint32_t *count,
+                           bool (*want)(const struct ls_omp_task *, const void *),
+                           const void *arg)
+{
+    struct ls_omp_team *team = t->c.team;
+    while (ls_load_acquire(count) != 0) {
+        uint32_t seen = team ? ls_load_acquire(&team->queued) : 0;
+        struct ls_omp_task *task = team ? take(team, want, arg) : NULL;
+        if (task)
+            run_task(t, task, true);
+        else
+            LS_OMP_SPIN_UNTIL(ls_load_acquire(count) == 0 ||
+                              (team && ls_load_acquire(&team->queued) != seen));
+    }
+}
+
+void ls_omp_taskwait(struct ls_omp_thread *t)
+{
+    run_until_zero(t, &t->c.task->children, is_child, t->c.task);
+}
+
+/* The bytes a copy of a task's data needs in a buffer: its size plus room to align. */
+static size_t copy_room(long arg_size, long arg_align)
+{
+    return (size_t)arg_size + (arg_align > 1 ? (size_t)arg_align : 1u);
+}
+
+/* Where in buf a copy of a task's data starts: the first arg_align boundary. */
+static void *copy_at(void *buf, long arg_align)
+{
+    uintptr_t a = arg_align > 1 ? (uintptr_t)arg_align : 1u;
+    return (void *)(((uintptr_t)buf + a - 1) & ~(a - 1));
+}
+
+static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool final)
+{
+    struct ls_omp_task *parent = t->c.task;
+    task->parent = parent;
+    task->group = parent->inner;
+    task->inner = task->group;
+    task->final = final;
+    task->children = 0;
+    ls_fetch_add(&parent->children, 1u, __ATOMIC_RELAXED);
+    if (parent->heap)
+        ls_fetch_add(&parent->refs, 1u, __ATOMIC_RELAXED);
+    if (task->group)
+        ls_fetch_add(&task->group->count, 1u, __ATOMIC_RELAXED);
+}
+
+static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+                        long arg_size, long arg_align, bool deferrable, bool final)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_team *team = t->c.team;
+    bool defer = deferrable && team && team->n > 1 &&
+                 ls_load_relaxed(&team->queued) < LS_OMP_TASKS_PER_THREAD * (unsigned)team->n;
+    if (!defer && (!team || team->n == 1)) {
+        /* a team of one: everything runs here and now, children included, so the
+         * task can live on this stack */
+        struct ls_omp_task task;
+        memset(&task, 0, sizeof task);
+        link_task(t, &task, final);
+        char buf[cpyfn ? copy_room(arg_size, arg_align) : 1];
+        task.fn = fn;
+        task.data = data;
+        if (cpyfn) { /* without one, the data is used in place, as it is not deferred */
+            task.data = copy_at(buf, arg_align);
+            cpyfn(task.data, data);
+        }
+        run_task(t, &task, false);
+        return;
+    }
+    struct ls_omp_task *task = malloc(sizeof *task + copy_room(arg_size, arg_align));
+    if (!task) {
+        ls_omp_warn("out of memory for a task");
+        abort();
+    }
+    memset(task, 0, sizeof *task);
+    task->heap = true;
+    task->refs = 1;
+    task->fn = fn;
+    task->data = copy_at(task + 1, arg_align);
+    if (cpyfn)
+        cpyfn(task->data, data);
+    else if (arg_size > 0)
+        memcpy(task->data, data, (size_t)arg_size);
+    link_task(t, task, final);
+    if (!defer) {
+        run_task(t, task, false);
+        return;
+    }
+    ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&team->task_lock);
+    task->next = team->queue;
+    team->queue = task;
+    ls_store_release(&team->queued, team->queued + 1u);
+    pthread_mutex_unlock(&team->task_lock);
+    ls_omp_ring(team);
+}
+
+LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+                             long arg_size, long arg_align, bool if_clause, unsigned flags,
+                             void **depend, int priority, void *detach)
+{
+    (void)priority;
+    (void)detach;
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (flags & F_DETACH)
+        ls_omp_unsupported("GOMP_task (detach clause)");
+    /* inside a final task every task is included: undeferred, and final itself */
+    bool included = t->c.task->final;
+    if ((flags & F_DEPEND) && depend) {
+        ls_omp_taskwait(t); /* every earlier sibling has finished */
+        if_clause = false;
+    }
+    create_task(fn, data, cpyfn, arg_size, arg_align, if_clause && !included,
+                included || (flags & F_FINAL));
+}
+
+LS_OMP_EXPORT void GOMP_taskwait(void)
+{
+    ls_omp_taskwait(ls_omp_thr());
+}
+
+LS_OMP_EXPORT void GOMP_taskwait_depend(void **depend)
+{
+    (void)depend;
+    ls_omp_taskwait(ls_omp_thr());
+}
+
+LS_OMP_EXPORT void GOMP_taskyield(void)
+{
+    /* a scheduling point; tied tasks may not switch here to an unrelated task */
+}
+
+/* ---- taskgroup -------------------------------------------------------------------------- */
+
+static bool in_group(const struct ls_omp_task *task, const void *group)
+{
+    for (const struct ls_omp_taskgroup *g = task->group; g; g = g->prev)
+        if (g == group)
+            return true;
+    return false;
+}
+
+LS_OMP_EXPORT void GOMP_taskgroup_start(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_taskgroup *g = calloc(1, sizeof *g);
+    if (!g) {
+        ls_omp_warn("out of memory for a taskgroup");
+        abort();
+    }
+    g->prev = t->c.task->inner;
+    t->c.task->inner = g;
+}
+
+LS_OMP_EXPORT void GOMP_taskgroup_end(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_taskgroup *g = t->c.task->inner;
+    if (!g)
+        return;
+    run_until_zero(t, &g->count, in_group, g);
+    t->c.task->inner = g->prev;
+    free(g);
+}
+
+/* ---- taskloop ------------------------------------------------------------------------------ */
+
+/* Split [start, end) by step into tasks; each task's copy of data starts with its own
+ * first and past-the-end values, as gcc's outlined body reads them. up: the direction. */
+static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+                     long arg_size, long arg_align, unsigned flags, unsigned long num_tasks,
+                     uint64_t start, uint64_t end, uint64_t step, bool up, bool is_long)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (flags & F_REDUCTION)
+        ls_omp_unsupported("GOMP_taskloop (reduction clause)");
+    uint64_t span = up ? end - start : start - end;
+    uint64_t stride = up ? step : 0u - step;
+    bool empty = is_long ? (up ? (int64_t)start >= (int64_t)end : (int64_t)start <= (int64_t)end)
+                         : (up ? start >= end : start <= end);
+    if (empty || stride == 0)
+        return;
+    uint64_t iters = span / stride + (span % stride != 0);
+    uint64_t ntasks;
+    if (flags & F_GRAINSIZE)
+        ntasks = num_tasks ? iters / num_tasks : iters;
+    else if (num_tasks)
+        ntasks = num_tasks;
+    else
+        ntasks = t->c.team ? (uint64_t)t->c.team->n : 1u;
+    if (ntasks < 1)
+        ntasks = 1;
+    if (ntasks > iters)
+        ntasks = iters;
+    if (!(flags & F_NOGROUP))
+        GOMP_taskgroup_start();
+    bool final = t->c.task->final;
+    char *buf = malloc(copy_room(arg_size, arg_align));
+    if (!buf) {
+        ls_omp_warn("out of memory for a taskloop");
+        abort();
+    }
+    void *copy = copy_at(buf, arg_align);
+    uint64_t q = iters / ntasks, r = iters % ntasks, first = 0;
+    for (uint64_t k = 0; k < ntasks; k++) {
+        uint64_t len = q + (k < r);
+        if (cpyfn)
+            cpyfn(copy, data);
+        else
+            memcpy(copy, data, (size_t)arg_size);
+        uint64_t lo = start + first * step, hi = start + (first + len) * step;
+        if (is_long) {
+            ((long *)copy)[0] = (long)lo;
+            ((long *)copy)[1] = (long)hi;
+        } else {
+            ((unsigned long long *)copy)[0] = lo;
+            ((unsigned long long *)copy)[1] = hi;
+        }
+        first += len;
+        /* the copy is complete: no further copy function */
+        create_task(fn, copy, NULL, arg_size, arg_align, (flags & F_IF) && !final, final);
+    }
+    free(buf);
+    if (!(flags & F_NOGROUP))
+        GOMP_taskgroup_end();
+}
+
+LS_OMP_EXPORT void GOMP_taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+                                 long arg_size, long arg_align, unsigned flags,
+                                 unsigned long num_tasks, int priority, long start, long end,
+                                 long step)
+{
+    (void)priority;
+    taskloop(fn, data, cpyfn, arg_size, arg_align, flags, num_tasks, (uint64_t)start,
+             (uint64_t)end, (uint64_t)step, step > 0, true);
+}
+
+LS_OMP_EXPORT void GOMP_taskloop_ull(void (*fn)(void *), void *data,
+                                     void (*cpyfn)(void *, void *), long arg_size,
+                                     long arg_align, unsigned flags, unsigned long num_tasks,
+                                     int priority, unsigned long long start,
+                                     unsigned long long end, unsigned long long step)
+{
+    (void)priority;
+    taskloop(fn, data, cpyfn, arg_size, arg_align, flags, num_tasks, start, end, step,
+             (flags & 256u) != 0, false);
+}

@@ -1,0 +1,396 @@
+/* Teams: the pool of workers an initial thread owns, and fork/join.
+ *
+ * Fork/join, one barrier episode per region (barrier.c counts the arrivals):
+ *   - join: each worker arrives at its next episode and waits; the master gathers
+ *     (waits until every worker has arrived, no task is pending and no released worker
+ *     is still leaving) and returns to the program;
+ *   - fork: the master writes the region, then arrives itself, the episode's last
+ *     arrival: that releases the workers into the region. A smaller team sends the
+ *     workers past n to their idle word (leaving counts them until they have read n);
+ *     a larger one wakes idle workers, creating them on first use. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omp_impl.h"
+#include "../common/cpus.h"
+
+__thread struct ls_omp_thread ls_omp_self __attribute__((tls_model("initial-exec")));
+
+struct ls_omp_worker {
+    pthread_t thread;
+    lockstep_waitword_t idle;     /* bumped to send the worker into the team */
+    uint32_t idle_seen;
+    int tid;
+    struct ls_omp_pool *pool;
+};
+
+struct ls_omp_pool {
+    struct ls_omp_team team;
+    struct ls_omp_worker **workers; /* [1, n_workers]; [0] unused */
+    int n_workers;
+    int cap;
+    int cur_n;                      /* team size the in-team workers are at the join of */
+    int exiting;
+    unsigned fork_gen;
+    lockstep_wait_t idle_wait;
+};
+
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+/* ---- the region as every member starts it ------------------------------------------ */
+
+static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int tid,
+                       struct ls_omp_task *implicit)
+{
+    memset(implicit, 0, sizeof *implicit);
+    t->c.team = team;
+    t->c.tid = tid;
+    t->c.next_target = team->base + (uint64_t)team->n;
+    t->c.ws_count = team->ws_base;
+    t->c.ws = NULL;
+    t->c.static_k = 0;
+    t->c.chunk_held = false;
+    t->c.task = implicit;
+    t->c.icv = team->icv;
+    if (team->preinit) { /* a combined loop: its construct is set up and entered */
+        t->c.ws = &team->ring[team->ws_base % LS_OMP_WS_RING];
+        t->c.ws_count = team->ws_base + 1u;
+    }
+}
+
+/* ---- workers ----------------------------------------------------------------------- */
+
+/* The last arrival at the join's episode: it releases the workers waiting there.
+ * Ordering: release — everything the master wrote before (the next region's fields)
+ * happens-before the workers' reads after their wait. */
+static void master_arrives(struct ls_omp_team *team)
+{
+    ls_fetch_add(&team->count, 1u, __ATOMIC_ACQ_REL);
+    ls_omp_ring(team);
+}
+
+static void *worker_main(void *arg)
+{
+    struct ls_omp_worker *w = arg;
+    struct ls_omp_pool *pool = w->pool;
+    struct ls_omp_thread *t = ls_omp_thr();
+    for (;;) {
+        w->idle_seen++;
+        lockstep_wait_until(&pool->idle_wait, &w->idle, w->idle_seen, 0);
+        if (ls_load_acquire(&pool->exiting))
+            return NULL;
+        struct ls_omp_team *team = &pool->team;
+        for (;;) {
+            enter_team(t, team, w->tid, &t->implicit);
+            team->fn(team->data);
+            /* the join: arrive, and wait for the master's arrival, which forks the
+             * next region (team->n is the master's to rewrite meanwhile: the wait
+             * does not read it) */
+            ls_omp_wait(t, team, ls_omp_arrive(t, team), 0);
+            t->c.team = NULL;
+            if (ls_load_acquire(&pool->exiting))
+                return NULL;
+            if (w->tid >= team->n) {
+                if (ls_fetch_add(&team->leaving, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+                    ls_omp_ring(team);
+                break;
+            }
+        }
+    }
+}
+
+static void pool_free(void *arg)
+{
+    struct ls_omp_pool *pool = arg;
+    if (!pool || pool->fork_gen != ls_fork_gen())
+        return;
+    struct ls_omp_team *team = &pool->team;
+    ls_store_release(&pool->exiting, 1);
+    if (pool->cur_n > 1)
+        master_arrives(team);
+    for (int i = 1; i <= pool->n_workers; i++) {
+        struct ls_omp_worker *w = pool->workers[i];
+        if (i >= pool->cur_n)
+            lockstep_wait_publish(&pool->idle_wait, &w->idle, w->idle.value + 1u);
+    }
+    for (int i = 1; i <= pool->n_workers; i++) {
+        pthread_join(pool->workers[i]->thread, NULL);
+        free(pool->workers[i]);
+    }
+    free(pool->workers);
+    pthread_mutex_destroy(&team->task_lock);
+    for (unsigned i = 0; i < LS_OMP_WS_RING; i++)
+        free(team->ring[i].mem);
+    free(pool);
+}
+
+static void make_key(void)
+{
+    pthread_key_create(&pool_key, pool_free);
+}
+
+static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
+{
+    struct ls_omp_pool *pool = t->pool;
+    if (pool && pool->fork_gen == ls_fork_gen())
+        return pool;
+    /* none yet, or a copy left from the parent of this forked child: its workers stay
+     * behind in the parent, so the child starts a pool of its own */
+    if (pool)
+        ls_omp_active_threads_reset();
+    pthread_once(&pool_once, make_key);
+    ls_fork_watch();
+    if (posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0)
+        return NULL;
+    memset(pool, 0, sizeof *pool);
+    pool->team.pool = pool;
+    pool->cur_n = 1;
+    pool->fork_gen = ls_fork_gen();
+    pthread_mutex_init(&pool->team.task_lock, NULL);
+    ls_omp_init_wait(&pool->team);
+    lockstep_wait_init(&pool->idle_wait, ls_omp_g.wait_policy, 2, 0);
+    t->pool = pool;
+    pthread_setspecific(pool_key, pool);
+    return pool;
+}
+
+static int cpus[1024];
+static int n_cpus;
+static pthread_once_t cpus_once = PTHREAD_ONCE_INIT;
+
+static void read_cpus(void)
+{
+    cpu_set_t set;
+    int n = ls_allowed_cpus(&set, cpus, 1024);
+    n_cpus = n > 0 ? n : 0;
+}
+
+/* OMP_PROC_BIND: the CPU for thread tid (close: in turn; spread: spaced out) */
+static int bind_cpu(int tid)
+{
+    pthread_once(&cpus_once, read_cpus);
+    if (n_cpus == 0)
+        return -1;
+    int bind = ls_omp_g.icv.bind;
+    if (bind == LS_BIND_SPREAD) {
+        int nth = ls_omp_g.icv.nthreads > 0 ? ls_omp_g.icv.nthreads : 1;
+        int stride = n_cpus / nth > 1 ? n_cpus / nth : 1;
+        return cpus[(tid * stride) % n_cpus];
+    }
+    if (bind == LS_BIND_PRIMARY)
+        return cpus[0];
+    return cpus[tid % n_cpus];
+}
+
+/* Make workers up to tid `want` - 1; returns how many participants are available. */
+static int pool_grow(struct ls_omp_pool *pool, int want)
+{
+    if (want - 1 <= pool->n_workers)
+        return want;
+    if (want > pool->cap) {
+        int cap = want < 8 ? 8 : want;
+        void *p = realloc(pool->workers, (size_t)(cap + 1) * sizeof *pool->workers);
+        if (!p)
+            return pool->n_workers + 1;
+        pool->workers = p;
+        pool->cap = cap;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (ls_omp_g.stacksize)
+        pthread_attr_setstacksize(&attr, ls_omp_g.stacksize);
+    while (pool->n_workers + 1 < want) {
+        int tid = pool->n_workers + 1;
+        struct ls_omp_worker *w = calloc(1, sizeof *w);
+        if (!w)
+            break;
+        w->tid = tid;
+        w->pool = pool;
+        if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
+            int cpu = bind_cpu(tid);
+            if (cpu >= 0) {
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(cpu, &one);
+                pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+            }
+        }
+        int rc = pthread_create(&w->thread, &attr, worker_main, w);
+        if (rc != 0) {
+            free(w);
+            ls_omp_warn("could not start thread %d (%s); the team has %d threads", tid,
+                        strerror(rc), tid);
+            break;
+        }
+        pool->workers[tid] = w;
+        pool->n_workers = tid;
+        LS_OMP_COUNT(workers, 1);
+    }
+    pthread_attr_destroy(&attr);
+    return pool->n_workers + 1;
+}
+
+/* ---- fork and join ------------------------------------------------------------------ */
+
+static int team_size(struct ls_omp_thread *t, unsigned num_threads)
+{
+    struct ls_omp_team *cur = t->c.team;
+    int active = cur ? cur->active_level : 0;
+    if (active >= 1 || active >= t->c.icv.max_active_levels)
+        return 1; /* one active level: nested regions are serialised */
+    long n = num_threads ? (long)num_threads : t->c.icv.nthreads;
+    if (t->c.icv.dyn && n > ls_omp_g.n_cpus)
+        n = ls_omp_g.n_cpus;
+    if (n > ls_omp_g.thread_limit)
+        n = ls_omp_g.thread_limit;
+    if (n > 4096)
+        n = 4096;
+    return n < 1 ? 1 : (int)n;
+}
+
+static struct ls_omp_team *serial_team(struct ls_omp_thread *t)
+{
+    struct ls_omp_team *team = t->serial_free;
+    if (team) {
+        t->serial_free = team->next_free;
+        return team;
+    }
+    if (posix_memalign((void **)&team, LOCKSTEP_CACHELINE, sizeof *team) != 0) {
+        ls_omp_warn("out of memory for a team");
+        abort();
+    }
+    memset(team, 0, sizeof *team);
+    pthread_mutex_init(&team->task_lock, NULL);
+    ls_omp_init_wait(team);
+    team->n = 1;
+    return team;
+}
+
+/* The ICVs of the new region's implicit tasks. */
+static void region_icv(struct ls_omp_thread *t, struct ls_omp_team *team)
+{
+    team->icv = t->c.icv;
+    int lvl = team->level;
+    if (lvl < ls_omp_g.n_nthreads_list)
+        team->icv.nthreads = ls_omp_g.nthreads_list[lvl];
+    if (lvl < ls_omp_g.n_bind_list)
+        team->icv.bind = ls_omp_g.bind_list[lvl];
+}
+
+void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags,
+                 int preinit_sched, uint64_t start, uint64_t count, uint64_t incr,
+                 uint64_t chunk)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    int n = team_size(t, num_threads);
+    struct ls_omp_pool *pool = NULL;
+    struct ls_omp_team *team;
+    if (n > 1 && (pool = pool_get(t)) != NULL) {
+        n = pool_grow(pool, n);
+        if (n == 1)
+            pool = NULL;
+    }
+    team = pool ? &pool->team : serial_team(t);
+    if (!pool)
+        n = 1;
+    LS_OMP_COUNT(regions, 1);
+
+    struct ls_omp_team *outer = t->c.team;
+    team->fn = fn;
+    team->data = data;
+    team->parent = outer;
+    team->parent_tid = outer ? t->c.tid : 0;
+    team->level = (outer ? outer->level : 0) + 1;
+    team->active_level = (outer ? outer->active_level : 0) + (n > 1);
+    region_icv(t, team); /* flags' proc_bind is not used: workers are bound when made */
+    team->master_saved = t->c;
+    uint32_t base = ls_load_relaxed(&team->ws_claim);
+    team->ws_base = base;
+    team->preinit = preinit_sched != 0;
+    if (preinit_sched) {
+        struct ls_omp_ws *ws = &team->ring[base % LS_OMP_WS_RING];
+        LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->remaining) == 0);
+        ls_omp_ws_init(ws, preinit_sched, start, count, incr, chunk, n);
+        ls_store_relaxed(&team->ws_claim, base + 1u);
+        ls_store_relaxed(&team->ws_inited, base + 1u);
+    }
+    if (pool) {
+        int old = pool->cur_n;
+        ls_omp_active_threads_add(n);
+        if (old > 1) {
+            /* the join's episode: the master's arrival completes it (below) */
+            ls_store_relaxed(&team->leaving, old > n ? (uint32_t)(old - n) : 0u);
+            team->base = ls_load_relaxed(&team->count) + 1u;
+        } else {
+            team->base = ls_load_relaxed(&team->count);
+        }
+        team->n = n;
+        if (old > 1)
+            master_arrives(team);
+        for (int i = old > 1 ? old : 1; i < n; i++) {
+            struct ls_omp_worker *w = pool->workers[i];
+            lockstep_wait_publish(&pool->idle_wait, &w->idle, w->idle.value + 1u);
+        }
+        pool->cur_n = n;
+    } else {
+        team->n = 1;
+        team->base = ls_load_relaxed(&team->count);
+    }
+    enter_team(t, team, 0, &team->master_implicit);
+}
+
+void ls_omp_join(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_team *team = t->c.team;
+    if (!team)
+        return;
+    if (team->n > 1) {
+        /* the gather: every worker has arrived at the episode the master's next
+         * arrival (the next fork) completes */
+        ls_omp_wait(t, team, t->c.next_target - 1u, 1);
+        ls_omp_active_threads_add(-team->n);
+    } /* a team of one ran its tasks where they were created */
+    t->c = team->master_saved;
+    if (!team->pool) {
+        team->next_free = t->serial_free;
+        t->serial_free = team;
+    }
+}
+
+void ls_omp_pause_pool(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (t->c.team || !t->pool)
+        return;
+    pthread_setspecific(pool_key, NULL);
+    pool_free(t->pool);
+    t->pool = NULL;
+}
+
+/* ---- the GOMP entry points ------------------------------------------------------------ */
+
+
+LS_OMP_EXPORT void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads,
+                                 unsigned flags)
+{
+    ls_omp_fork(fn, data, num_threads, flags, 0, 0, 0, 0, 0);
+    fn(data);
+    ls_omp_join();
+}
+
+LS_OMP_EXPORT void GOMP_parallel_start(void (*fn)(void *), void *data, unsigned num_threads)
+{
+    ls_omp_fork(fn, data, num_threads, 0, 0, 0, 0, 0, 0);
+}
+
+LS_OMP_EXPORT void GOMP_parallel_end(void)
+{
+    ls_omp_join();
+}
+

@@ -1,0 +1,18 @@
+/* Tuned constants of the OpenMP runtime, each with its reason. The environment
+ * overrides the waiting ones (OMP_WAIT_POLICY, GOMP_SPINCOUNT, LOCKSTEP_WAIT_POLICY). */
+#ifndef LOCKSTEP_OMP_TUNING_H
+#define LOCKSTEP_OMP_TUNING_H
+
+/* Work-share descriptors in flight per team: with nowait, a thread may run this many
+ * constructs ahead of the slowest before it waits for a descriptor to come free. */
+#define LS_OMP_WS_RING 8u
+
+/* A task is run at once, not queued, when the team already has this many queued per
+ * thread: past that, queueing only costs memory, and every thread has work. */
+#define LS_OMP_TASKS_PER_THREAD 64u
+
+/* Pause rounds a short wait (an ordered turn, a child task running elsewhere, a
+ * work-share slot) spins before it yields the CPU between checks. */
+#define LS_OMP_SHORT_SPIN 256u
+
+#endif

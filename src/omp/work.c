@@ -1,0 +1,617 @@
+/* Work-sharing: the descriptor ring, loops (every schedule, ordered, long and unsigned
+ * long long), sections and single.
+ *
+ * Every thread of a team meets the same work-share constructs in the same order, so
+ * the k-th construct of a region is the team's construct number ws_base + k. Its
+ * descriptor lives in ring[number % LS_OMP_WS_RING]:
+ *   1. the first thread to move ws_claim from number to number + 1 (a CAS) sets the
+ *      descriptor up, once the slot's previous construct has no thread left in it,
+ *      then publishes ws_inited = number + 1;
+ *   2. the others wait until ws_inited > number, and join it;
+ *   3. each thread leaving the construct counts remaining down; 0 frees the slot.
+ * ws_inited only grows, and in construct order: the thread that claims construct
+ * k + 1 has seen construct k initialised (or initialised it). A loop is normalised to
+ * iterations [0, count): value = start + i * incr, in 64-bit wrap-around arithmetic,
+ * which is exact for long and unsigned long long loops alike. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omp_impl.h"
+
+void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,
+                    uint64_t incr, uint64_t chunk, int n)
+{
+    ws->sched = sched & 0xff;
+    ws->ordered = (sched & LS_WS_ORDERED) != 0;
+    ws->start = start;
+    ws->count = count;
+    ws->incr = incr;
+    ws->chunk = chunk;
+    ws->copy = NULL;
+    ws->copy_ready = 0;
+    ls_store_relaxed(&ws->next, 0u);
+    ls_store_relaxed(&ws->ordered_next, 0u);
+    ls_store_relaxed(&ws->remaining, (uint32_t)n);
+}
+
+int ls_omp_ws_enter(struct ls_omp_thread *t, ls_omp_ws_initfn init, void *arg)
+{
+    struct ls_omp_team *team = t->c.team;
+    uint32_t w = t->c.ws_count++;
+    struct ls_omp_ws *ws = &team->ring[w % LS_OMP_WS_RING];
+    t->c.static_k = 0;
+    t->c.chunk_held = false;
+    if (init)
+        t->c.ws = ws;
+    if (!ls_reached(ls_load_acquire(&team->ws_inited), w + 1u)) {
+        uint32_t expect = w;
+        if (__atomic_compare_exchange_n(&team->ws_claim, &expect, w + 1u, false,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            if (init) {
+                /* acquire: the previous construct's threads are done with the slot */
+                LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->remaining) == 0);
+                init(ws, arg, team->n);
+            }
+            ls_store_release(&team->ws_inited, w + 1u); /* publishes the descriptor */
+            return 1;
+        }
+        LS_OMP_SPIN_UNTIL(ls_reached(ls_load_acquire(&team->ws_inited), w + 1u));
+    }
+    return 0;
+}
+
+/* ---- ordered ------------------------------------------------------------------------ */
+
+/* The chunk this thread holds is done: pass the turn on, in iteration order. */
+void ls_omp_ordered_release(struct ls_omp_thread *t)
+{
+    struct ls_omp_ws *ws = t->c.ws;
+    if (!t->c.chunk_held || !ws || !ws->ordered)
+        return;
+    t->c.chunk_held = false;
+    LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->ordered_next) == t->c.chunk_lo);
+    ls_store_release(&ws->ordered_next, t->c.chunk_hi);
+}
+
+void ls_omp_ws_leave(struct ls_omp_thread *t)
+{
+    struct ls_omp_ws *ws = t->c.ws;
+    if (!ws)
+        return;
+    ls_omp_ordered_release(t);
+    t->c.ws = NULL;
+    ls_fetch_add(&ws->remaining, (uint32_t)-1, __ATOMIC_RELEASE);
+}
+
+LS_OMP_EXPORT void GOMP_ordered_start(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_ws *ws = t->c.ws;
+    if (ws && ws->ordered && t->c.chunk_held)
+        LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->ordered_next) == t->c.chunk_lo);
+}
+
+LS_OMP_EXPORT void GOMP_ordered_end(void)
+{
+    /* the turn passes when the chunk is done (ls_omp_ordered_release) */
+}
+
+/* ---- chunks -------------------------------------------------------------------------- */
+
+bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
+{
+    struct ls_omp_ws *ws = t->c.ws;
+    if (!ws)
+        return false;
+    ls_omp_ordered_release(t);
+    uint64_t count = ws->count, chunk = ws->chunk, i, q;
+    uint64_t n = (uint64_t)t->c.team->n, tid = (uint64_t)t->c.tid;
+    switch (ws->sched) {
+    case LS_SCHED_STATIC:
+        if (chunk == 0) { /* one block per thread, the first count % n one longer */
+            if (t->c.static_k++ != 0)
+                return false;
+            q = count / n;
+            uint64_t r = count % n;
+            i = tid * q + (tid < r ? tid : r);
+            q += tid < r;
+        } else {
+            uint64_t k = tid + t->c.static_k++ * n;
+            uint64_t chunks = count / chunk + (count % chunk != 0);
+            if (k >= chunks)
+                return false;
+            i = k * chunk;
+            q = chunk;
+        }
+        break;
+    case LS_SCHED_DYNAMIC:
+        if (ls_load_relaxed(&ws->next) >= count)
+            return false;
+        i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
+        q = chunk;
+        break;
+    default: /* guided: a share of what is left, at least chunk */
+        i = ls_load_relaxed(&ws->next);
+        do {
+            if (i >= count)
+                return false;
+            q = (count - i + n - 1) / n;
+            if (q < chunk)
+                q = chunk;
+        } while (!__atomic_compare_exchange_n(&ws->next, &i, count - i < q ? count : i + q, true,
+                                              __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+        break;
+    }
+    if (i >= count || q == 0)
+        return false;
+    *lo = i;
+    *hi = q > count - i ? count : i + q;
+    t->c.chunk_lo = *lo;
+    t->c.chunk_hi = *hi;
+    t->c.chunk_held = true;
+    return true;
+}
+
+/* ---- loops ------------------------------------------------------------------------------ */
+
+/* Iterations of start, start + incr, ... before end; up is the direction. */
+static uint64_t trip_count(uint64_t start, uint64_t end, uint64_t incr, bool up)
+{
+    uint64_t span, step;
+    if (up) {
+        if (start >= end || incr == 0)
+            return 0;
+        span = end - start;
+        step = incr;
+    } else {
+        if (start <= end || incr == 0)
+            return 0;
+        span = start - end;
+        step = 0u - incr;
+    }
+    return span / step + (span % step != 0);
+}
+
+static uint64_t count_long(long start, long end, long incr)
+{
+    bool up = incr > 0;
+    if (up ? start >= end : start <= end)
+        return 0;
+    /* the span as an unsigned difference, exact where end - start overflows long */
+    uint64_t span = up ? (uint64_t)end - (uint64_t)start : (uint64_t)start - (uint64_t)end;
+    return up ? trip_count(0, span, (uint64_t)incr, true)
+              : trip_count(span, 0, (uint64_t)incr, false);
+}
+
+int ls_omp_resolve_sched(int sched, long *chunk, const struct ls_omp_icv *icv)
+{
+    int kind = sched & 0x7fffffff;
+    if (kind == 0) { /* runtime */
+        kind = icv->run_sched & 0x7fffffff;
+        *chunk = icv->run_chunk;
+    }
+    if (kind == LS_SCHED_AUTO || kind < LS_SCHED_STATIC || kind > LS_SCHED_AUTO) {
+        kind = LS_SCHED_STATIC;
+        *chunk = 0;
+    }
+    if (*chunk < 0)
+        *chunk = 0;
+    if (kind != LS_SCHED_STATIC && *chunk == 0)
+        *chunk = 1;
+    return kind;
+}
+
+struct loop_args {
+    int sched;
+    uint64_t start, count, incr, chunk;
+    void **mem;
+};
+
+static void loop_init(struct ls_omp_ws *ws, void *arg, int n)
+{
+    struct loop_args *a = arg;
+    ls_omp_ws_init(ws, a->sched, a->start, a->count, a->incr, a->chunk, n);
+    if (a->mem) {
+        size_t size = (size_t)(uintptr_t)*a->mem;
+        if (size > ws->mem_size) {
+            free(ws->mem);
+            ws->mem = calloc(1, size);
+            ws->mem_size = ws->mem ? size : 0;
+            if (!ws->mem) {
+                ls_omp_warn("out of memory for a loop's shared memory");
+                abort();
+            }
+        } else if (ws->mem) {
+            memset(ws->mem, 0, size);
+        }
+    }
+}
+
+/* Enter a loop construct; the first chunk into *lo, *hi. */
+static bool loop_start(int sched, long chunk, bool ordered, uint64_t start, uint64_t count,
+                       uint64_t incr, void **mem, uint64_t *lo, uint64_t *hi)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct loop_args a = {0, start, count, incr, 0, mem};
+    a.sched = ls_omp_resolve_sched(sched, &chunk, &t->c.icv) | (ordered ? LS_WS_ORDERED : 0);
+    a.chunk = (uint64_t)chunk;
+    if (!t->c.team) { /* an orphaned loop outside any region: a team of one */
+        *lo = 0;
+        *hi = count;
+        return count != 0;
+    }
+    ls_omp_ws_enter(t, loop_init, &a);
+    if (mem)
+        *mem = t->c.ws->mem;
+    if (!lo)
+        return true;
+    return ls_omp_loop_next(t, lo, hi);
+}
+
+static bool next_long(long *istart, long *iend)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    uint64_t lo, hi;
+    if (!ls_omp_loop_next(t, &lo, &hi))
+        return false;
+    struct ls_omp_ws *ws = t->c.ws;
+    *istart = (long)(ws->start + lo * ws->incr);
+    *iend = (long)(ws->start + hi * ws->incr);
+    return true;
+}
+
+static bool next_ull(unsigned long long *istart, unsigned long long *iend)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    uint64_t lo, hi;
+    if (!ls_omp_loop_next(t, &lo, &hi))
+        return false;
+    struct ls_omp_ws *ws = t->c.ws;
+    *istart = ws->start + lo * ws->incr;
+    *iend = ws->start + hi * ws->incr;
+    return true;
+}
+
+static bool start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
+                       long *istart, long *iend, void **mem)
+{
+    uint64_t lo, hi;
+    struct ls_omp_thread *t = ls_omp_thr();
+    uint64_t count = count_long(start, end, incr);
+    if (!loop_start(sched, chunk, ordered, (uint64_t)start, count, (uint64_t)incr, mem,
+                    istart ? &lo : NULL, &hi))
+        return false;
+    if (!istart)
+        return true;
+    if (!t->c.team) {
+        *istart = start;
+        *iend = end;
+        return true;
+    }
+    *istart = (long)((uint64_t)start + lo * (uint64_t)incr);
+    *iend = (long)((uint64_t)start + hi * (uint64_t)incr);
+    return true;
+}
+
+static bool start_ull(int sched, bool ordered, bool up, unsigned long long start,
+                      unsigned long long end, unsigned long long incr, unsigned long long chunk,
+                      unsigned long long *istart, unsigned long long *iend, void **mem)
+{
+    uint64_t lo, hi;
+    struct ls_omp_thread *t = ls_omp_thr();
+    uint64_t count = trip_count(start, end, incr, up);
+    long ch = chunk > (unsigned long long)LONG_MAX ? LONG_MAX : (long)chunk;
+    if (!loop_start(sched, ch, ordered, start, count, incr, mem, istart ? &lo : NULL, &hi))
+        return false;
+    if (!istart)
+        return true;
+    if (!t->c.team) {
+        *istart = start;
+        *iend = end;
+        return true;
+    }
+    *istart = start + lo * incr;
+    *iend = start + hi * incr;
+    return true;
+}
+
+/* The legacy entries, one per schedule: GOMP_loop_<s>_start/_next, the ordered ones,
+ * and the unsigned long long ones. */
+#define LOOP_ENTRIES(name, sched)                                                            \
+    LS_OMP_EXPORT bool GOMP_loop_##name##_start(long s, long e, long inc, long ch, long *is,    \
+                                                long *ie)                                      \
+    {                                                                                           \
+        return start_long(sched, false, s, e, inc, ch, is, ie, NULL);                          \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_##name##_next(long *is, long *ie) { return next_long(is, ie); } \
+    LS_OMP_EXPORT bool GOMP_loop_ull_##name##_start(bool up, unsigned long long s,              \
+                                                    unsigned long long e, unsigned long long inc, \
+                                                    unsigned long long ch,                       \
+                                                    unsigned long long *is,                      \
+                                                    unsigned long long *ie)                      \
+    {                                                                                           \
+        return start_ull(sched, false, up, s, e, inc, ch, is, ie, NULL);                       \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_ull_##name##_next(unsigned long long *is, unsigned long long *ie) \
+    {                                                                                           \
+        return next_ull(is, ie);                                                                \
+    }
+
+#define ORDERED_ENTRIES(name, sched)                                                         \
+    LS_OMP_EXPORT bool GOMP_loop_ordered_##name##_start(long s, long e, long inc, long ch,      \
+                                                        long *is, long *ie)                    \
+    {                                                                                           \
+        return start_long(sched, true, s, e, inc, ch, is, ie, NULL);                           \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_ordered_##name##_next(long *is, long *ie)                      \
+    {                                                                                           \
+        return next_long(is, ie);                                                               \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_ull_ordered_##name##_start(                                    \
+        bool up, unsigned long long s, unsigned long long e, unsigned long long inc,            \
+        unsigned long long ch, unsigned long long *is, unsigned long long *ie)                  \
+    {                                                                                           \
+        return start_ull(sched, true, up, s, e, inc, ch, is, ie, NULL);                        \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_ull_ordered_##name##_next(unsigned long long *is,              \
+                                                           unsigned long long *ie)              \
+    {                                                                                           \
+        return next_ull(is, ie);                                                                \
+    }
+
+LOOP_ENTRIES(static, LS_SCHED_STATIC)
+LOOP_ENTRIES(dynamic, LS_SCHED_DYNAMIC)
+LOOP_ENTRIES(guided, LS_SCHED_GUIDED)
+LOOP_ENTRIES(nonmonotonic_dynamic, LS_SCHED_DYNAMIC)
+LOOP_ENTRIES(nonmonotonic_guided, LS_SCHED_GUIDED)
+ORDERED_ENTRIES(static, LS_SCHED_STATIC)
+ORDERED_ENTRIES(dynamic, LS_SCHED_DYNAMIC)
+ORDERED_ENTRIES(guided, LS_SCHED_GUIDED)
+
+/* runtime schedules take no chunk */
+#define RUNTIME_ENTRIES(name, ordered)                                                       \
+    LS_OMP_EXPORT bool GOMP_loop_##name##_start(long s, long e, long inc, long *is, long *ie)   \
+    {                                                                                           \
+        return start_long(0, ordered, s, e, inc, 0, is, ie, NULL);                             \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_##name##_next(long *is, long *ie) { return next_long(is, ie); } \
+    LS_OMP_EXPORT bool GOMP_loop_ull_##name##_start(bool up, unsigned long long s,              \
+                                                    unsigned long long e, unsigned long long inc, \
+                                                    unsigned long long *is,                      \
+                                                    unsigned long long *ie)                      \
+    {                                                                                           \
+        return start_ull(0, ordered, up, s, e, inc, 0, is, ie, NULL);                          \
+    }                                                                                           \
+    LS_OMP_EXPORT bool GOMP_loop_ull_##name##_next(unsigned long long *is, unsigned long long *ie) \
+    {                                                                                           \
+        return next_ull(is, ie);                                                                \
+    }
+
+RUNTIME_ENTRIES(runtime, false)
+RUNTIME_ENTRIES(nonmonotonic_runtime, false)
+RUNTIME_ENTRIES(maybe_nonmonotonic_runtime, false)
+RUNTIME_ENTRIES(ordered_runtime, true)
+
+/* OpenMP 5.0's generic entries; sched is 0 (runtime) to 4, maybe with the monotonic bit. */
+LS_OMP_EXPORT bool GOMP_loop_start(long s, long e, long inc, long sched, long ch, long *is,
+                                   long *ie, uintptr_t *reductions, void **mem)
+{
+    if (reductions)
+        ls_omp_unsupported("GOMP_loop_start (task reductions)");
+    return start_long((int)(sched & 0x7fffffff), false, s, e, inc, ch, is, ie, mem);
+}
+
+LS_OMP_EXPORT bool GOMP_loop_ordered_start(long s, long e, long inc, long sched, long ch,
+                                           long *is, long *ie, uintptr_t *reductions, void **mem)
+{
+    if (reductions)
+        ls_omp_unsupported("GOMP_loop_ordered_start (task reductions)");
+    return start_long((int)(sched & 0x7fffffff), true, s, e, inc, ch, is, ie, mem);
+}
+
+LS_OMP_EXPORT bool GOMP_loop_ull_start(bool up, unsigned long long s, unsigned long long e,
+                                       unsigned long long inc, long sched, unsigned long long ch,
+                                       unsigned long long *is, unsigned long long *ie,
+                                       uintptr_t *reductions, void **mem)
+{
+    if (reductions)
+        ls_omp_unsupported("GOMP_loop_ull_start (task reductions)");
+    return start_ull((int)(sched & 0x7fffffff), false, up, s, e, inc, ch, is, ie, mem);
+}
+
+LS_OMP_EXPORT bool GOMP_loop_ull_ordered_start(bool up, unsigned long long s,
+                                               unsigned long long e, unsigned long long inc,
+                                               long sched, unsigned long long ch,
+                                               unsigned long long *is, unsigned long long *ie,
+                                               uintptr_t *reductions, void **mem)
+{
+    if (reductions)
+        ls_omp_unsupported("GOMP_loop_ull_ordered_start (task reductions)");
+    return start_ull((int)(sched & 0x7fffffff), true, up, s, e, inc, ch, is, ie, mem);
+}
+
+LS_OMP_EXPORT void GOMP_loop_end_nowait(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (t->c.team)
+        ls_omp_ws_leave(t);
+}
+
+LS_OMP_EXPORT void GOMP_loop_end(void)
+{
+    GOMP_loop_end_nowait();
+    ls_omp_barrier();
+}
+
+LS_OMP_EXPORT bool GOMP_loop_end_cancel(void)
+{
+    GOMP_loop_end();
+    return false;
+}
+
+/* ---- combined parallel loops ---------------------------------------------------------- */
+
+static void parallel_loop(void (*fn)(void *), void *data, unsigned nt, long s, long e,
+                          long inc, int sched, long ch, unsigned flags, bool run)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    sched = ls_omp_resolve_sched(sched, &ch, &t->c.icv);
+    ls_omp_fork(fn, data, nt, flags, sched, (uint64_t)s, count_long(s, e, inc), (uint64_t)inc,
+                (uint64_t)ch);
+    if (run) {
+        fn(data);
+        ls_omp_join();
+    }
+}
+
+#define PARALLEL_LOOP(name, sched)                                                           \
+    LS_OMP_EXPORT void GOMP_parallel_loop_##name(void (*fn)(void *), void *data, unsigned nt,   \
+                                                 long s, long e, long inc, long ch,            \
+                                                 unsigned flags)                               \
+    {                                                                                           \
+        parallel_loop(fn, data, nt, s, e, inc, sched, ch, flags, true);                        \
+    }
+PARALLEL_LOOP(static, LS_SCHED_STATIC)
+PARALLEL_LOOP(dynamic, LS_SCHED_DYNAMIC)
+PARALLEL_LOOP(guided, LS_SCHED_GUIDED)
+PARALLEL_LOOP(nonmonotonic_dynamic, LS_SCHED_DYNAMIC)
+PARALLEL_LOOP(nonmonotonic_guided, LS_SCHED_GUIDED)
+
+#define PARALLEL_LOOP_RUNTIME(name)                                                          \
+    LS_OMP_EXPORT void GOMP_parallel_loop_##name(void (*fn)(void *), void *data, unsigned nt,   \
+                                                 long s, long e, long inc, unsigned flags)     \
+    {                                                                                           \
+        parallel_loop(fn, data, nt, s, e, inc, 0, 0, flags, true);                             \
+    }
+PARALLEL_LOOP_RUNTIME(runtime)
+PARALLEL_LOOP_RUNTIME(nonmonotonic_runtime)
+PARALLEL_LOOP_RUNTIME(maybe_nonmonotonic_runtime)
+
+/* GOMP 1.0: the master runs fn itself and calls GOMP_parallel_end */
+#define PARALLEL_LOOP_START(name, sched)                                                     \
+    LS_OMP_EXPORT void GOMP_parallel_loop_##name##_start(void (*fn)(void *), void *data,        \
+                                                         unsigned nt, long s, long e, long inc, \
+                                                         long ch)                              \
+    {                                                                                           \
+        parallel_loop(fn, data, nt, s, e, inc, sched, ch, 0, false);                           \
+    }
+PARALLEL_LOOP_START(static, LS_SCHED_STATIC)
+PARALLEL_LOOP_START(dynamic, LS_SCHED_DYNAMIC)
+PARALLEL_LOOP_START(guided, LS_SCHED_GUIDED)
+
+LS_OMP_EXPORT void GOMP_parallel_loop_runtime_start(void (*fn)(void *), void *data, unsigned nt,
+                                                    long s, long e, long inc)
+{
+    parallel_loop(fn, data, nt, s, e, inc, 0, 0, 0, false);
+}
+
+/* ---- sections ---------------------------------------------------------------------------- */
+
+static unsigned sections_next(struct ls_omp_thread *t)
+{
+    uint64_t lo, hi;
+    if (!t->c.team)
+        return 0;
+    return ls_omp_loop_next(t, &lo, &hi) ? (unsigned)lo + 1u : 0u;
+}
+
+static unsigned sections_start(unsigned count, void **mem)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (!t->c.team) /* orphaned: this thread runs them all, one by one */
+        return count ? 1u : 0u;
+    struct loop_args a = {LS_SCHED_DYNAMIC, 1, count, 1, 1, mem};
+    ls_omp_ws_enter(t, loop_init, &a);
+    if (mem)
+        *mem = t->c.ws->mem;
+    return sections_next(t);
+}
+
+LS_OMP_EXPORT unsigned GOMP_sections_start(unsigned count)
+{
+    return sections_start(count, NULL);
+}
+
+LS_OMP_EXPORT unsigned GOMP_sections2_start(unsigned count, uintptr_t *reductions, void **mem)
+{
+    if (reductions)
+        ls_omp_unsupported("GOMP_sections2_start (task reductions)");
+    return sections_start(count, mem);
+}
+
+LS_OMP_EXPORT unsigned GOMP_sections_next(void)
+{
+    return sections_next(ls_omp_thr());
+}
+
+LS_OMP_EXPORT void GOMP_sections_end_nowait(void)
+{
+    GOMP_loop_end_nowait();
+}
+
+LS_OMP_EXPORT void GOMP_sections_end(void)
+{
+    GOMP_loop_end();
+}
+
+LS_OMP_EXPORT bool GOMP_sections_end_cancel(void)
+{
+    GOMP_loop_end();
+    return false;
+}
+
+LS_OMP_EXPORT void GOMP_parallel_sections(void (*fn)(void *), void *data, unsigned nt,
+                                          unsigned count, unsigned flags)
+{
+    ls_omp_fork(fn, data, nt, flags, LS_SCHED_DYNAMIC, 1, count, 1, 1);
+    fn(data);
+    ls_omp_join();
+}
+
+LS_OMP_EXPORT void GOMP_parallel_sections_start(void (*fn)(void *), void *data, unsigned nt,
+                                                unsigned count)
+{
+    ls_omp_fork(fn, data, nt, 0, LS_SCHED_DYNAMIC, 1, count, 1, 1);
+}
+
+/* ---- single ------------------------------------------------------------------------------ */
+
+LS_OMP_EXPORT bool GOMP_single_start(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    return !t->c.team || ls_omp_ws_enter(t, NULL, NULL) == 1;
+}
+
+static void copy_init(struct ls_omp_ws *ws, void *arg, int n)
+{
+    (void)arg;
+    ls_omp_ws_init(ws, LS_SCHED_STATIC, 0, 0, 0, 0, n);
+}
+
+LS_OMP_EXPORT void *GOMP_single_copy_start(void)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (!t->c.team)
+        return NULL;
+    if (ls_omp_ws_enter(t, copy_init, NULL))
+        return NULL;
+    struct ls_omp_ws *ws = t->c.ws;
+    LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->copy_ready) != 0);
+    void *data = ws->copy;
+    ls_omp_ws_leave(t);
+    return data;
+}
+
+LS_OMP_EXPORT void GOMP_single_copy_end(void *data)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_ws *ws = t->c.ws;
+    if (!ws)
+        return;
+    ws->copy = data;
+    ls_store_release(&ws->copy_ready, 1u); /* publishes data to the waiting threads */
+    ls_omp_ws_leave(t);
+}

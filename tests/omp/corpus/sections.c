@@ -1,0 +1,42 @@
+/* sections and parallel sections: every section runs exactly once. */
+#include <omp.h>
+#include "check.h"
+
+int main(void)
+{
+    corpus_start();
+    long checksum = 0;
+    for (int rep = 0; rep < 100; rep++) {
+        int a = 0, b = 0, c = 0, d = 0;
+#pragma omp parallel sections
+        {
+#pragma omp section
+            a++;
+#pragma omp section
+            b++;
+#pragma omp section
+            c++;
+        }
+#pragma omp parallel
+        {
+#pragma omp sections nowait
+            {
+#pragma omp section
+                d += 10;
+#pragma omp section
+                d += 0; /* a section that does nothing */
+            }
+#pragma omp sections
+            {
+#pragma omp section
+                a++;
+#pragma omp section
+                b++;
+            }
+        }
+        CHECK(a == 2 && b == 2 && c == 1 && d == 10);
+        checksum += a + b + c + d;
+    }
+    printf("ok %ld\n", checksum);
+    return 0;
+}

@@ -1,0 +1,325 @@
+/* The OpenMP runtime benchmark: one gcc -fopenmp binary, run under libgomp, under LLVM
+ * libomp (preloaded: it exports the GOMP entry points) and under lockstep's runtime
+ * (preloaded), so the three differ only in the runtime.
+ * usage: bench_omp IMPL WORKLOAD THREADS REPS
+ *   sync-<construct>  EPCC-style overhead (us) of one construct over the same delay
+ *                     without it: parallel, for, parallel-for, barrier, single,
+ *                     critical, lock, atomic, reduction
+ *   sched-<kind>-<c>  overhead (us) of one loop of THREADS * 128 delay iterations
+ *                     under schedule(kind, c): static, dynamic, guided; c 1, 8, 64
+ *   graph             ns per node of the 2000-node graph: one region, a barrier after
+ *                     every node (ggml's OpenMP build)
+ *   task-fan          us per fan of 10,000 small tasks from a single
+ *   task-fib          ms per fib(25), two tasks and a taskwait per call
+ *   idle              CPU-seconds per second burned from 10 ms to 210 ms after a region
+ * One JSON line per measurement (bench/threads/bench_common.h). */
+#include <omp.h>
+#include "bench_common.h"
+
+static struct graph_data G;
+static int delay_length = 64; /* EPCC's delay: about 0.1 us of dependent adds */
+
+static void delay(int n)
+{
+    volatile float a = 0.0f;
+    for (int i = 0; i < n; i++)
+        a += (float)i;
+}
+
+/* ---- EPCC-style synchronisation overheads ------------------------------------------ */
+
+typedef void (*construct_fn)(int t, long reps);
+
+static void c_parallel(int t, long reps)
+{
+    for (long j = 0; j < reps; j++) {
+#pragma omp parallel num_threads(t)
+        delay(delay_length);
+    }
+}
+
+static void c_for(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps; j++) {
+#pragma omp for
+        for (int i = 0; i < t; i++)
+            delay(delay_length);
+    }
+}
+
+static void c_parallel_for(int t, long reps)
+{
+    for (long j = 0; j < reps; j++) {
+#pragma omp parallel for num_threads(t)
+        for (int i = 0; i < t; i++)
+            delay(delay_length);
+    }
+}
+
+static void c_barrier(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps; j++) {
+        delay(delay_length);
+#pragma omp barrier
+    }
+}
+
+static void c_single(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps; j++) {
+#pragma omp single
+        delay(delay_length);
+    }
+}
+
+/* critical, lock and atomic: reps in all, shared out among the threads, as EPCC */
+static void c_critical(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps / t; j++) {
+#pragma omp critical
+        delay(delay_length);
+    }
+}
+
+static omp_lock_t lock;
+
+static void c_lock(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps / t; j++) {
+        omp_set_lock(&lock);
+        delay(delay_length);
+        omp_unset_lock(&lock);
+    }
+}
+
+static double atomic_sum;
+
+static void c_atomic(int t, long reps)
+{
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps / t; j++) {
+#pragma omp atomic
+        atomic_sum += 1.0;
+    }
+}
+
+static void c_reduction(int t, long reps)
+{
+    int aaaa = 0;
+    for (long j = 0; j < reps; j++) {
+#pragma omp parallel reduction(+ : aaaa) num_threads(t)
+        {
+            delay(delay_length);
+            aaaa += 1;
+        }
+    }
+    if (aaaa != (int)(reps * t))
+        abort();
+}
+
+static const struct {
+    const char *name;
+    construct_fn fn;
+    int ref_delays; /* delays per rep the reference runs: 1, or 0 for atomic */
+} constructs[] = {
+    {"parallel", c_parallel, 1},   {"for", c_for, 1},           {"parallel-for", c_parallel_for, 1},
+    {"barrier", c_barrier, 1},     {"single", c_single, 1},     {"critical", c_critical, 1},
+    {"lock", c_lock, 1},           {"atomic", c_atomic, 0},     {"reduction", c_reduction, 1},
+};
+
+/* The reference: the same delays, on one thread, without the construct. */
+static double reference_us(long reps, int delays)
+{
+    uint64_t t0 = bench_now();
+    for (long j = 0; j < reps * delays; j++)
+        delay(delay_length);
+    return (double)(bench_now() - t0) / 1e3;
+}
+
+static double sync_rep(construct_fn fn, int ref_delays, int t, long reps)
+{
+    uint64_t t0 = bench_now();
+    fn(t, reps);
+    double us = (double)(bench_now() - t0) / 1e3;
+    double ref = reference_us(reps, ref_delays);
+    return (us - ref) / (double)reps;
+}
+
+/* ---- loop schedules ------------------------------------------------------------------ */
+
+enum { SCHED_ITERS_PER_THREAD = 128 };
+
+static void s_loop(int t, long reps, omp_sched_t kind, int chunk)
+{
+    omp_set_schedule(kind, chunk);
+#pragma omp parallel num_threads(t)
+    for (long j = 0; j < reps; j++) {
+#pragma omp for schedule(runtime)
+        for (int i = 0; i < t * SCHED_ITERS_PER_THREAD; i++)
+            delay(delay_length / 4);
+    }
+}
+
+static double sched_rep(int t, long reps, omp_sched_t kind, int chunk)
+{
+    uint64_t t0 = bench_now();
+    s_loop(t, reps, kind, chunk);
+    double us = (double)(bench_now() - t0) / 1e3;
+    /* the reference: one thread's share of the iterations, without the loop */
+    uint64_t r0 = bench_now();
+    for (long j = 0; j < reps * SCHED_ITERS_PER_THREAD; j++)
+        delay(delay_length / 4);
+    return (us - (double)(bench_now() - r0) / 1e3) / (double)reps;
+}
+
+/* ---- graph, tasks, idle ---------------------------------------------------------------- */
+
+static double graph_rep(int t, long graphs)
+{
+    uint64_t t0 = bench_now();
+    for (long g = 0; g < graphs; g++) {
+#pragma omp parallel num_threads(t)
+        {
+            int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+            for (int node = 0; node < GRAPH_NODES; node++) {
+                graph_node_share(&G, node, ith, nth);
+#pragma omp barrier
+            }
+        }
+    }
+    return (double)(bench_now() - t0) / ((double)graphs * GRAPH_NODES);
+}
+
+enum { FAN = 10000 };
+float fan_out[FAN]; /* external: the tasks' stores are not dead code */
+
+static double fan_rep(int t, long fans)
+{
+    uint64_t t0 = bench_now();
+    for (long f = 0; f < fans; f++) {
+#pragma omp parallel num_threads(t)
+#pragma omp single
+        for (int i = 0; i < FAN; i++) {
+#pragma omp task firstprivate(i)
+            fan_out[i] = (float)i * 0.5f + 1.0f;
+        }
+    }
+    return (double)(bench_now() - t0) / 1e3 / (double)fans;
+}
+
+static long fib(int n)
+{
+    if (n < 2)
+        return n;
+    long x, y;
+#pragma omp task shared(x)
+    x = fib(n - 1);
+#pragma omp task shared(y)
+    y = fib(n - 2);
+#pragma omp taskwait
+    return x + y;
+}
+
+static double fib_rep(int t, long runs)
+{
+    long r = 0;
+    uint64_t t0 = bench_now();
+    for (long k = 0; k < runs; k++) {
+#pragma omp parallel num_threads(t)
+#pragma omp single
+        r = fib(25);
+    }
+    if (r != 75025)
+        abort();
+    return (double)(bench_now() - t0) / 1e6 / (double)runs;
+}
+
+static double idle_rep(int t)
+{
+#pragma omp parallel num_threads(t)
+    {
+        __asm__ __volatile__("" ::: "memory");
+    }
+    bench_sleep_ms(10);
+    double c0 = bench_cpu_seconds();
+    bench_sleep_ms(200);
+    return (bench_cpu_seconds() - c0) / 0.2;
+}
+
+/* Repetitions of about 30 ms each, sized by a pilot. */
+#define TIMED(per_op_ns, call_with_iters, lo, hi)                                         \
+    do {                                                                                 \
+        long it_ = bench_iters((per_op_ns), 30e6, (lo), (hi));                           \
+        for (int i_ = 0; i_ < reps; i_++) {                                              \
+            long it = it_;                                                               \
+            r[i_] = (call_with_iters);                                                   \
+        }                                                                                \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s IMPL WORKLOAD THREADS REPS\n", argv[0]);
+        return 2;
+    }
+    const char *impl = argv[1], *w = argv[2];
+    int t = atoi(argv[3]), reps = atoi(argv[4]);
+    if (t < 1 || reps < 1 || reps > BENCH_MAX_REPS) {
+        fprintf(stderr, "%s: THREADS >= 1 and 1 <= REPS <= %d\n", argv[0], BENCH_MAX_REPS);
+        return 2;
+    }
+    graph_data_init(&G);
+    omp_init_lock(&lock);
+    double r[BENCH_MAX_REPS];
+    if (strncmp(w, "sync-", 5) == 0) {
+        for (size_t k = 0; k < sizeof constructs / sizeof constructs[0]; k++) {
+            if (strcmp(w + 5, constructs[k].name) != 0)
+                continue;
+            construct_fn fn = constructs[k].fn;
+            int ref = constructs[k].ref_delays;
+            double pilot = sync_rep(fn, ref, t, 200) * 1e3 + 200.0;
+            TIMED(pilot, sync_rep(fn, ref, t, it), 100, 2000000);
+            bench_emit(w, impl, t, "us", r, reps);
+            return 0;
+        }
+    } else if (strncmp(w, "sched-", 6) == 0) {
+        char kind[16] = {0};
+        int chunk = 0;
+        if (sscanf(w + 6, "%15[a-z]-%d", kind, &chunk) == 2 && chunk > 0) {
+            omp_sched_t k = strcmp(kind, "static") == 0    ? omp_sched_static
+                            : strcmp(kind, "dynamic") == 0 ? omp_sched_dynamic
+                            : strcmp(kind, "guided") == 0  ? omp_sched_guided
+                                                           : (omp_sched_t)0;
+            if (k) {
+                double pilot = sched_rep(t, 50, k, chunk) * 1e3 + 2000.0;
+                TIMED(pilot, sched_rep(t, it, k, chunk), 20, 200000);
+                bench_emit(w, impl, t, "us", r, reps);
+                return 0;
+            }
+        }
+    } else if (strcmp(w, "graph") == 0) {
+        TIMED(graph_rep(t, 1) * GRAPH_NODES, graph_rep(t, it), 1, 1000);
+        bench_emit(w, impl, t, "ns/node", r, reps);
+        return 0;
+    } else if (strcmp(w, "task-fan") == 0) {
+        TIMED(fan_rep(t, 1) * 1e3, fan_rep(t, it), 1, 10000);
+        bench_emit(w, impl, t, "us", r, reps);
+        return 0;
+    } else if (strcmp(w, "task-fib") == 0) {
+        TIMED(fib_rep(t, 1) * 1e6, fib_rep(t, it), 1, 1000);
+        bench_emit(w, impl, t, "ms", r, reps);
+        return 0;
+    } else if (strcmp(w, "idle") == 0) {
+        for (int i = 0; i < reps; i++)
+            r[i] = idle_rep(t);
+        bench_emit(w, impl, t, "cpu_s/s", r, reps);
+        return 0;
+    }
+    fprintf(stderr, "%s: unknown workload %s\n", argv[0], w);
+    return 2;
+}

@@ -21,8 +21,13 @@ import lockstep
 
 
 def _public_callables():
+    import lockstep.cli
     import lockstep.launch
+    import lockstep.omp
     yield "launch.main", lockstep.launch.main
+    yield "cli.main", lockstep.cli.main
+    for name in ("runtime_path", "elf_symbols", "unsupported_names", "check", "run_env", "run"):
+        yield f"omp.{name}", getattr(lockstep.omp, name)
     if importlib.util.find_spec("torch") is not None:
         import lockstep.distributed
         yield "distributed.comm", lockstep.distributed.comm
@@ -129,7 +134,7 @@ def test_the_extension_stub_lists_what_the_extension_has(tmp_path):
 
 def test_the_package_itself_passes_mypy_strict(tmp_path):
     # the package's modules as they are installed, against the extension's stub
-    mods = ["lockstep", "lockstep.load", "lockstep.launch"]
+    mods = ["lockstep", "lockstep.load", "lockstep.launch", "lockstep.omp", "lockstep.cli"]
     args = []
     if importlib.util.find_spec("torch") is not None:
         mods += ["lockstep.torch_ops", "lockstep.distributed"]

@@ -51,17 +51,10 @@ static inline bool done(struct ls_omp_team *team, uint64_t target, int gather)
            (!gather || ls_load_acquire(&team->leaving) == 0);
 }
 
-/* Spin only while the threads of all teams inside regions fit the CPUs: past that, a
- * spinner takes the time slice the thread it waits for needs. */
-static inline bool may_spin(void)
-{
-    return ls_omp_active_threads() <= ls_omp_g.n_cpus;
-}
-
 void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target, int gather)
 {
     const lockstep_wait_t *w = &team->wait;
-    uint32_t spins = may_spin() ? w->spin : 0;
+    uint32_t spins = ls_omp_may_spin() ? w->spin : 0;
     uint32_t yields = spins ? w->yields : LOCKSTEP_YIELDS_OVERSUBSCRIBED;
     uint32_t i = 0;
     for (;;) {
@@ -78,6 +71,7 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
         } else {
             uint32_t seen = ls_load_acquire(&team->bell.value);
             ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST); /* registered before re-checking */
             if (!done(team, target, gather) && ls_load_relaxed(&team->queued) == 0)
                 syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
             ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);

@@ -251,11 +251,19 @@ void ls_omp_active_threads_reset(void);
 /* unsupported.c */
 void ls_omp_unsupported(const char *name) __attribute__((noreturn));
 
-/* Spin briefly, then yield, until cond holds (short waits only). */
+/* Spin only while the threads inside regions, of every team of the process, fit the
+ * CPUs: past that, a spinner takes the time slice the thread it waits for needs. */
+static inline bool ls_omp_may_spin(void)
+{
+    return ls_omp_active_threads() <= ls_omp_g.n_cpus;
+}
+
+/* Spin briefly (within the budget), then yield, until cond holds (short waits only). */
 #define LS_OMP_SPIN_UNTIL(cond)                                                         \
     do {                                                                                \
+        unsigned ls_spin_ = ls_omp_may_spin() ? LS_OMP_SHORT_SPIN : 0u;                 \
         for (unsigned ls_i_ = 0; !(cond); ls_i_++) {                                    \
-            if (ls_i_ < LS_OMP_SHORT_SPIN)                                              \
+            if (ls_i_ < ls_spin_)                                                       \
                 ls_cpu_relax();                                                         \
             else                                                                        \
                 sched_yield();                                                          \

@@ -195,9 +195,11 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     pthread_mutex_lock(&team->task_lock);
     task->next = team->queue;
     team->queue = task;
-    ls_store_release(&team->queued, team->queued + 1u);
+    uint32_t was = team->queued;
+    ls_store_release(&team->queued, was + 1u);
     pthread_mutex_unlock(&team->task_lock);
-    ls_omp_ring(team);
+    if (was == 0) /* waiters park only on an empty queue */
+        ls_omp_ring(team);
 }
 
 LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),

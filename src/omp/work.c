@@ -128,17 +128,20 @@ bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
         }
         break;
     case LS_SCHED_DYNAMIC:
-        if (ls_load_relaxed(&ws->next) >= count)
-            return false;
-        i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
-        q = chunk;
-        break;
-    default: /* guided: a share of what is left, at least chunk */
+        /* one RMW per chunk; next may pass count by n * chunk, which cannot wrap
+         * below 2^63 iterations (larger loops take guided's CAS instead) */
+        if (count <= (UINT64_MAX >> 1)) {
+            i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
+            q = chunk;
+            break;
+        }
+        /* fall through */
+    default: /* guided: a share of what is left, at least chunk (dynamic: chunk) */
         i = ls_load_relaxed(&ws->next);
         do {
             if (i >= count)
                 return false;
-            q = (count - i + n - 1) / n;
+            q = ws->sched == LS_SCHED_GUIDED ? (count - i + n - 1) / n : chunk;
             if (q < chunk)
                 q = chunk;
         } while (!__atomic_compare_exchange_n(&ws->next, &i, count - i < q ? count : i + q, true,

@@ -15,6 +15,7 @@
  * One JSON line per measurement (bench/threads/bench_common.h). */
 #include <omp.h>
 #include "bench_common.h"
+#include "omp_common.h"
 
 static struct graph_data G;
 static int delay_length = 64; /* EPCC's delay: about 0.1 us of dependent adds */
@@ -179,22 +180,6 @@ static double sched_rep(int t, long reps, omp_sched_t kind, int chunk)
 
 /* ---- graph, tasks, idle ---------------------------------------------------------------- */
 
-static double graph_rep(int t, long graphs)
-{
-    uint64_t t0 = bench_now();
-    for (long g = 0; g < graphs; g++) {
-#pragma omp parallel num_threads(t)
-        {
-            int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-            for (int node = 0; node < GRAPH_NODES; node++) {
-                graph_node_share(&G, node, ith, nth);
-#pragma omp barrier
-            }
-        }
-    }
-    return (double)(bench_now() - t0) / ((double)graphs * GRAPH_NODES);
-}
-
 enum { FAN = 10000 };
 float fan_out[FAN]; /* external: the tasks' stores are not dead code */
 
@@ -239,18 +224,6 @@ static double fib_rep(int t, long runs)
     return (double)(bench_now() - t0) / 1e6 / (double)runs;
 }
 
-static double idle_rep(int t)
-{
-#pragma omp parallel num_threads(t)
-    {
-        __asm__ __volatile__("" ::: "memory");
-    }
-    bench_sleep_ms(10);
-    double c0 = bench_cpu_seconds();
-    bench_sleep_ms(200);
-    return (bench_cpu_seconds() - c0) / 0.2;
-}
-
 /* Every runtime's first tens of milliseconds of barriers in a new process run slow on
  * these VMs (the host has the other vCPU to bring up): untimed, before the pilot. */
 static void warm_up(int t)
@@ -278,16 +251,10 @@ static void warm_up(int t)
 
 int main(int argc, char **argv)
 {
-    if (argc < 5) {
-        fprintf(stderr, "usage: %s IMPL WORKLOAD THREADS REPS\n", argv[0]);
+    const char *impl, *w;
+    int t, reps;
+    if (bench_args(argc, argv, &impl, &w, &t, &reps) != 0)
         return 2;
-    }
-    const char *impl = argv[1], *w = argv[2];
-    int t = atoi(argv[3]), reps = atoi(argv[4]);
-    if (t < 1 || reps < 1 || reps > BENCH_MAX_REPS) {
-        fprintf(stderr, "%s: THREADS >= 1 and 1 <= REPS <= %d\n", argv[0], BENCH_MAX_REPS);
-        return 2;
-    }
     graph_data_init(&G);
     omp_init_lock(&lock);
     warm_up(t);
@@ -319,7 +286,7 @@ int main(int argc, char **argv)
             }
         }
     } else if (strcmp(w, "graph") == 0) {
-        TIMED(graph_rep(t, 1) * GRAPH_NODES, graph_rep(t, it), 1, 1000);
+        TIMED(omp_graph_rep(&G, t, 1) * GRAPH_NODES, omp_graph_rep(&G, t, it), 1, 1000);
         bench_emit(w, impl, t, "ns/node", r, reps);
         return 0;
     } else if (strcmp(w, "task-fan") == 0) {
@@ -332,7 +299,7 @@ int main(int argc, char **argv)
         return 0;
     } else if (strcmp(w, "idle") == 0) {
         for (int i = 0; i < reps; i++)
-            r[i] = idle_rep(t);
+            r[i] = omp_idle_rep(t);
         bench_emit(w, impl, t, "cpu_s/s", r, reps);
         return 0;
     }

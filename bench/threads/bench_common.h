@@ -59,6 +59,26 @@ static inline void bench_emit(const char *workload, const char *impl, int param,
     fflush(stdout);
 }
 
+/* The OpenMP benchmarks' arguments: IMPL WORKLOAD THREADS REPS. 0, or 2 after a usage
+ * message. */
+static inline int bench_args(int argc, char **argv, const char **impl, const char **w, int *t,
+                             int *reps)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s IMPL WORKLOAD THREADS REPS\n", argv[0]);
+        return 2;
+    }
+    *impl = argv[1];
+    *w = argv[2];
+    *t = atoi(argv[3]);
+    *reps = atoi(argv[4]);
+    if (*t < 1 || *reps < 1 || *reps > BENCH_MAX_REPS) {
+        fprintf(stderr, "%s: THREADS >= 1 and 1 <= REPS <= %d\n", argv[0], BENCH_MAX_REPS);
+        return 2;
+    }
+    return 0;
+}
+
 /* Iterations so that one repetition takes about target_ns, from a pilot's ns/op. */
 static inline long bench_iters(double ns_per_op, double target_ns, long lo, long hi)
 {

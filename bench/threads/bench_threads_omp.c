@@ -8,6 +8,7 @@
  *   idle    — CPU-seconds per second burned from 10 ms to 210 ms after a region */
 #include <omp.h>
 #include "bench_common.h"
+#include "omp_common.h"
 
 static struct graph_data G;
 
@@ -40,46 +41,12 @@ static double region_rep(int t, long iters)
     return (double)(bench_now() - t0) / (double)iters;
 }
 
-static double graph_rep(int t, long graphs)
-{
-    uint64_t t0 = bench_now();
-    for (long g = 0; g < graphs; g++) {
-#pragma omp parallel num_threads(t)
-        {
-            int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-            for (int node = 0; node < GRAPH_NODES; node++) {
-                graph_node_share(&G, node, ith, nth);
-#pragma omp barrier
-            }
-        }
-    }
-    return (double)(bench_now() - t0) / ((double)graphs * GRAPH_NODES);
-}
-
-static double idle_rep(int t)
-{
-#pragma omp parallel num_threads(t)
-    {
-        __asm__ __volatile__("" ::: "memory");
-    }
-    bench_sleep_ms(10);
-    double c0 = bench_cpu_seconds();
-    bench_sleep_ms(200);
-    return (bench_cpu_seconds() - c0) / 0.2;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc < 5) {
-        fprintf(stderr, "usage: %s IMPL barrier|region|graph|idle THREADS REPS\n", argv[0]);
+    const char *impl, *w;
+    int t, reps;
+    if (bench_args(argc, argv, &impl, &w, &t, &reps) != 0)
         return 2;
-    }
-    const char *impl = argv[1], *w = argv[2];
-    int t = atoi(argv[3]), reps = atoi(argv[4]);
-    if (t < 1 || reps < 1 || reps > BENCH_MAX_REPS) {
-        fprintf(stderr, "%s: THREADS >= 1 and 1 <= REPS <= %d\n", argv[0], BENCH_MAX_REPS);
-        return 2;
-    }
     graph_data_init(&G);
     double r[BENCH_MAX_REPS];
     if (strcmp(w, "barrier") == 0) {
@@ -93,13 +60,13 @@ int main(int argc, char **argv)
             r[i] = region_rep(t, it);
         bench_emit(w, impl, t, "ns", r, reps);
     } else if (strcmp(w, "graph") == 0) {
-        long it = bench_iters(graph_rep(t, 1) * GRAPH_NODES, 40e6, 1, 1000);
+        long it = bench_iters(omp_graph_rep(&G, t, 1) * GRAPH_NODES, 40e6, 1, 1000);
         for (int i = 0; i < reps; i++)
-            r[i] = graph_rep(t, it);
+            r[i] = omp_graph_rep(&G, t, it);
         bench_emit(w, impl, t, "ns/node", r, reps);
     } else if (strcmp(w, "idle") == 0) {
         for (int i = 0; i < reps; i++)
-            r[i] = idle_rep(t);
+            r[i] = omp_idle_rep(t);
         bench_emit(w, impl, t, "cpu_s/s", r, reps);
     } else {
         fprintf(stderr, "%s: unknown workload %s\n", argv[0], w);

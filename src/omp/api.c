@@ -2,6 +2,7 @@
  * the calling thread's value only), timing, places, devices (the host only), pause. */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -57,7 +58,7 @@ LS_OMP_EXPORT int omp_get_dynamic(void)
 
 LS_OMP_EXPORT void omp_set_nested(int nested)
 {
-    ls_omp_thr()->c.icv.max_active_levels = nested ? INT_MAX : 1;
+    (void)nested; /* one active level is all there is: nested regions get one thread */
 }
 
 LS_OMP_EXPORT int omp_get_nested(void)
@@ -95,8 +96,8 @@ LS_OMP_EXPORT int omp_get_supported_active_levels(void)
 
 LS_OMP_EXPORT void omp_set_max_active_levels(int levels)
 {
-    if (levels >= 0)
-        ls_omp_thr()->c.icv.max_active_levels = levels;
+    if (levels >= 0) /* capped at the one level supported */
+        ls_omp_thr()->c.icv.max_active_levels = levels > 1 ? 1 : levels;
 }
 
 LS_OMP_EXPORT int omp_get_max_active_levels(void)
@@ -182,9 +183,7 @@ LS_OMP_EXPORT int omp_get_partition_num_places(void)
 
 LS_OMP_EXPORT double omp_get_wtime(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)lockstep_now_ns() * 1e-9;
 }
 
 LS_OMP_EXPORT double omp_get_wtick(void)
@@ -229,9 +228,18 @@ LS_OMP_EXPORT void omp_display_env(int verbose)
     ls_omp_display_env(verbose);
 }
 
+/* fork(): the child has one thread, so no other team runs there, and no other thread
+ * holds a lock it could release */
+static void in_child(void)
+{
+    ls_omp_active_threads_reset();
+    ls_omp_locks_reset();
+}
+
 __attribute__((constructor)) static void ls_omp_load(void)
 {
     ls_omp_env_init();
+    pthread_atfork(NULL, NULL, in_child);
 }
 
 /* ---- cancellation, error directives ------------------------------------------------------ */

@@ -14,9 +14,9 @@
  * Parking: a waiter that has spun and yielded its budget registers in bell.sleepers,
  * re-checks, and sleeps on the bell word. Whoever makes a waiter's condition true (the
  * last arrival, a task queued, the last pending task finishing) then reads sleepers
- * and, if any, bumps the bell and wakes them. Both sides order their write before
- * their read with a full fence (a locked RMW on x86), so either the waiter sees the
- * change or the waker sees the waiter. */
+ * and, if any, bumps the bell and wakes them. Both sides write with a seq_cst RMW and
+ * then read with seq_cst loads, so either the waiter sees the change or the waker sees
+ * the waiter. */
 #define _GNU_SOURCE
 #include <linux/futex.h>
 #include <limits.h>
@@ -35,30 +35,52 @@ void ls_omp_init_wait(struct ls_omp_team *team)
                                                                      : ls_omp_g.spincount);
 }
 
+/* The caller made a waiter's condition true with a seq_cst RMW (an arrival, a push, a
+ * finished task), ordered before this seq_cst read of sleepers. */
 void ls_omp_ring(struct ls_omp_team *team)
 {
-    /* the caller's write (an arrival, a push, a finished task) before this read */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (ls_load_relaxed(&team->bell.sleepers) != 0) {
+    if (ls_load_seqcst(&team->bell.sleepers) != 0) {
         ls_fetch_add(&team->bell.value, 1u, __ATOMIC_RELEASE);
         syscall(SYS_futex, &team->bell.value, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     }
 }
 
-static inline bool done(struct ls_omp_team *team, uint64_t target, int gather)
+/* seq_cst loads: after a parker's seq_cst registration they see any waker's write that
+ * its read of sleepers missed (plain loads on x86) */
+static inline bool done(struct ls_omp_team *team, uint64_t target, enum ls_omp_wait_kind kind)
 {
-    return ls_load_acquire(&team->count) >= target && ls_load_acquire(&team->pending) == 0 &&
-           (!gather || ls_load_acquire(&team->leaving) == 0);
+    return ls_load_seqcst(&team->count) >= target && ls_load_seqcst(&team->pending) == 0 &&
+           (kind != LS_WAIT_GATHER || ls_load_seqcst(&team->leaving) == 0);
 }
 
-void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target, int gather)
+/* Threads outnumber the CPUs: is a member that has not arrived at this episode on this
+ * CPU (as of its last arrival)? Then this thread yields to it; otherwise the threads it
+ * waits for run elsewhere, and it spins a while instead of handing the CPU to another
+ * waiter. */
+static bool missing_here(const struct ls_omp_team *team, uint64_t target, int cpu)
+{
+    int n = team->n;
+    for (int i = 0; i < n; i++) {
+        const struct ls_omp_slot *s = team->slots[i];
+        if (ls_load_relaxed(&s->arrived) < target && ls_load_relaxed(&s->cpu) == cpu)
+            return true;
+    }
+    return false;
+}
+
+void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target,
+                 enum ls_omp_wait_kind kind)
 {
     const lockstep_wait_t *w = &team->wait;
-    uint32_t spins = ls_omp_may_spin() ? w->spin : 0;
-    uint32_t yields = spins ? w->yields : LOCKSTEP_YIELDS_OVERSUBSCRIBED;
-    uint32_t i = 0;
+    bool fits = ls_omp_may_spin();
+    uint32_t spins = fits ? w->spin : 0;
+    uint32_t yields = fits ? w->yields : LOCKSTEP_YIELDS_OVERSUBSCRIBED;
+    /* oversubscribed, at a barrier: spin while the missing members run elsewhere */
+    bool aware = !fits && kind != LS_WAIT_JOIN && team->slots;
+    int cpu = aware ? sched_getcpu() : -1;
+    uint32_t i = 0, idle_spins = 0;
     for (;;) {
-        if (done(team, target, gather))
+        if (done(team, target, kind))
             return;
         if (ls_load_relaxed(&team->queued) != 0 && ls_omp_run_one_task(t)) {
             i = 0;
@@ -66,13 +88,17 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
         }
         if (i < spins) {
             ls_cpu_relax();
+        } else if (aware && idle_spins < LS_OMP_ELSEWHERE_SPIN && !missing_here(team, target, cpu)) {
+            for (unsigned k = 0; k < 16; k++)
+                ls_cpu_relax();
+            idle_spins += 16;
+            continue;
         } else if (i < spins + yields || (w->flags & LOCKSTEP_WAIT_F_NOPARK)) {
             sched_yield();
         } else {
             uint32_t seen = ls_load_acquire(&team->bell.value);
             ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
-            __atomic_thread_fence(__ATOMIC_SEQ_CST); /* registered before re-checking */
-            if (!done(team, target, gather) && ls_load_relaxed(&team->queued) == 0)
+            if (!done(team, target, kind) && ls_load_seqcst(&team->queued) == 0)
                 syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
             ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
             i = spins; /* woken: yield a round before parking again */
@@ -86,10 +112,15 @@ uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
 {
     uint64_t target = t->c.next_target;
     t->c.next_target = target + (uint64_t)team->n;
+    if (team->slots && !ls_omp_may_spin()) {
+        struct ls_omp_slot *s = team->slots[t->c.tid];
+        ls_store_relaxed(&s->cpu, sched_getcpu());
+        ls_store_relaxed(&s->arrived, target);
+    }
     LS_PERTURB();
-    /* acq_rel: publishes this thread's writes to every thread that sees the count
-     * reach target (the barrier's contract) */
-    uint64_t now = ls_fetch_add(&team->count, 1u, __ATOMIC_ACQ_REL) + 1u;
+    /* release: publishes this thread's writes to every thread that sees the count
+     * reach target (the barrier's contract); seq_cst for ls_omp_ring */
+    uint64_t now = ls_fetch_add(&team->count, 1u, __ATOMIC_SEQ_CST) + 1u;
     if (now >= target - 1u) /* the last arrival, or the last worker's at a join */
         ls_omp_ring(team);
     return target;
@@ -102,7 +133,7 @@ void ls_omp_barrier(void)
     LS_OMP_COUNT(barriers, 1);
     if (!team || team->n == 1) /* alone: its tasks have all run where created */
         return;
-    ls_omp_wait(t, team, ls_omp_arrive(t, team), 0);
+    ls_omp_wait(t, team, ls_omp_arrive(t, team), LS_WAIT_BARRIER);
 }
 
 LS_OMP_EXPORT void GOMP_barrier(void)

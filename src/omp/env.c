@@ -112,7 +112,7 @@ static int one_nthreads(const char *tok)
     long v = strtol(tok, &end, 10);
     while (isspace((unsigned char)*end))
         end++;
-    return (errno || end == tok || *end || v < 1 || v > 4096) ? -1 : (int)v;
+    return (errno || end == tok || *end || v < 1 || v > LS_OMP_MAX_THREADS) ? -1 : (int)v;
 }
 
 static int one_bind(const char *tok)
@@ -234,8 +234,6 @@ void ls_omp_env_init(void)
             g->nthreads_list = list;
             g->n_nthreads_list = n;
             g->icv.nthreads = list[0];
-            if (n > 1)
-                g->icv.max_active_levels = n;
         }
     }
     if ((s = getenv("OMP_SCHEDULE")) && *s)
@@ -243,12 +241,14 @@ void ls_omp_env_init(void)
     int b;
     if ((s = getenv("OMP_DYNAMIC")) && *s && parse_bool("OMP_DYNAMIC", s, &b) == 0)
         g->icv.dyn = b;
-    if ((s = getenv("OMP_NESTED")) && *s && parse_bool("OMP_NESTED", s, &b) == 0 && b)
-        g->icv.max_active_levels = INT_MAX;
+    /* OMP_NESTED and OMP_MAX_ACTIVE_LEVELS above 1 ask for more active levels than
+     * the runtime supports (one): the ICV is capped there, as the spec says */
+    if ((s = getenv("OMP_NESTED")) && *s)
+        parse_bool("OMP_NESTED", s, &b);
     long v;
     if ((s = getenv("OMP_MAX_ACTIVE_LEVELS")) && *s &&
         (v = parse_long("OMP_MAX_ACTIVE_LEVELS", s, 0, INT_MAX)) >= 0)
-        g->icv.max_active_levels = (int)v;
+        g->icv.max_active_levels = v > 1 ? 1 : (int)v;
     if ((s = getenv("OMP_THREAD_LIMIT")) && *s &&
         (v = parse_long("OMP_THREAD_LIMIT", s, 1, INT_MAX)) >= 0)
         g->thread_limit = (int)v;

@@ -29,6 +29,7 @@
 #include "tuning.h"
 
 #define LS_OMP_EXPORT __attribute__((visibility("default")))
+#define LS_OMP_MAX_THREADS 4096 /* a team's size is capped here (OMP_THREAD_LIMIT lower) */
 #define LS_PADTO(used) char LS_CAT(pad_, __LINE__)[LOCKSTEP_CACHELINE - (used)]
 #define LS_CAT2(a, b) a##b
 #define LS_CAT(a, b) LS_CAT2(a, b)
@@ -125,6 +126,14 @@ struct ls_omp_ws {
 
 /* ---- teams and threads --------------------------------------------------------------- */
 
+/* A member's record for waiters on other CPUs deciding whether to yield: the episode
+ * it last arrived at and the CPU it arrived on. Written only when threads outnumber
+ * the CPUs; a stale value only makes a waiter yield where it could have spun. */
+struct ls_omp_slot {
+    _Alignas(LOCKSTEP_CACHELINE) uint64_t arrived;
+    int cpu;
+};
+
 struct ls_omp_pool;
 struct ls_omp_team;
 
@@ -162,6 +171,7 @@ struct ls_omp_team {
     uint32_t leaving;               /* released workers still to notice they left */
     struct ls_omp_icv icv;          /* ICVs of the region's implicit tasks */
     struct ls_omp_pool *pool;       /* NULL for a serial team */
+    struct ls_omp_slot **slots;     /* [tid]: each member's own line (barrier.c) */
     lockstep_wait_t wait;           /* spin and yield budgets, park or not */
 
     /* work-share claims: ws_claim = constructs started, ws_inited = initialised */
@@ -217,9 +227,13 @@ void ls_omp_pause_pool(void);
 void ls_omp_barrier(void);
 /* Arrive at this thread's next episode; returns the count that completes it. */
 uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team);
-/* Wait until count >= target, no task is pending and (gather) no worker is still
- * leaving, running queued tasks meanwhile. */
-void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target, int gather);
+/* How a thread waits: at a barrier in the region, at the join (a worker: team->n is
+ * the master's to rewrite meanwhile), or gathering the workers (the master, which also
+ * waits until no released worker is still leaving). */
+enum ls_omp_wait_kind { LS_WAIT_BARRIER, LS_WAIT_JOIN, LS_WAIT_GATHER };
+/* Wait until count >= target and no task is pending, running queued tasks meanwhile. */
+void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target,
+                 enum ls_omp_wait_kind kind);
 /* Wake the team's parked waiters (a task was queued, or the last one finished). */
 void ls_omp_ring(struct ls_omp_team *team);
 void ls_omp_init_wait(struct ls_omp_team *team);
@@ -232,6 +246,9 @@ void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t co
 typedef void (*ls_omp_ws_initfn)(struct ls_omp_ws *ws, void *arg, int n);
 int ls_omp_ws_enter(struct ls_omp_thread *t, ls_omp_ws_initfn init, void *arg);
 void ls_omp_ws_leave(struct ls_omp_thread *t);
+/* enter a loop construct (or sections) over [0, count), setting it up if first */
+void ls_omp_loop_enter(struct ls_omp_thread *t, int sched, uint64_t start, uint64_t count,
+                       uint64_t incr, uint64_t chunk, void **mem);
 bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi);
 void ls_omp_ordered_release(struct ls_omp_thread *t);
 int ls_omp_resolve_sched(int sched, long *chunk, const struct ls_omp_icv *icv);
@@ -247,6 +264,9 @@ void ls_omp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_omp_active_threads_add(int delta);
 int ls_omp_active_threads(void);
 void ls_omp_active_threads_reset(void);
+
+/* sync.c: the unnamed critical and atomic locks free again (a forked child) */
+void ls_omp_locks_reset(void);
 
 /* unsupported.c */
 void ls_omp_unsupported(const char *name) __attribute__((noreturn));

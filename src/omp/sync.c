@@ -58,6 +58,12 @@ static void mutex_unlock(uint32_t *w)
 
 static uint32_t critical_lock, atomic_lock;
 
+void ls_omp_locks_reset(void)
+{
+    ls_store_relaxed(&critical_lock, 0u);
+    ls_store_relaxed(&atomic_lock, 0u);
+}
+
 LS_OMP_EXPORT void GOMP_critical_start(void) { mutex_lock(&critical_lock); }
 LS_OMP_EXPORT void GOMP_critical_end(void) { mutex_unlock(&critical_lock); }
 LS_OMP_EXPORT void GOMP_atomic_start(void) { mutex_lock(&atomic_lock); }

@@ -58,7 +58,7 @@ static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool def
     }
     task_release(task);
     /* the last pending task: a barrier may now complete */
-    if (deferred && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+    if (deferred && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
         ls_omp_ring(team);
 }
 
@@ -195,8 +195,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     pthread_mutex_lock(&team->task_lock);
     task->next = team->queue;
     team->queue = task;
-    uint32_t was = team->queued;
-    ls_store_release(&team->queued, was + 1u);
+    uint32_t was = ls_fetch_add(&team->queued, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
     pthread_mutex_unlock(&team->task_lock);
     if (was == 0) /* waiters park only on an empty queue */
         ls_omp_ring(team);

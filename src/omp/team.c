@@ -21,6 +21,7 @@
 __thread struct ls_omp_thread ls_omp_self __attribute__((tls_model("initial-exec")));
 
 struct ls_omp_worker {
+    struct ls_omp_slot slot;      /* first: the allocation is aligned for it */
     pthread_t thread;
     lockstep_waitword_t idle;     /* bumped to send the worker into the team */
     uint32_t idle_seen;
@@ -30,6 +31,7 @@ struct ls_omp_worker {
 
 struct ls_omp_pool {
     struct ls_omp_team team;
+    struct ls_omp_slot master_slot;
     struct ls_omp_worker **workers; /* [1, n_workers]; [0] unused */
     int n_workers;
     int cap;
@@ -70,7 +72,7 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
  * happens-before the workers' reads after their wait. */
 static void master_arrives(struct ls_omp_team *team)
 {
-    ls_fetch_add(&team->count, 1u, __ATOMIC_ACQ_REL);
+    ls_fetch_add(&team->count, 1u, __ATOMIC_SEQ_CST);
     ls_omp_ring(team);
 }
 
@@ -91,12 +93,12 @@ static void *worker_main(void *arg)
             /* the join: arrive, and wait for the master's arrival, which forks the
              * next region (team->n is the master's to rewrite meanwhile: the wait
              * does not read it) */
-            ls_omp_wait(t, team, ls_omp_arrive(t, team), 0);
+            ls_omp_wait(t, team, ls_omp_arrive(t, team), LS_WAIT_JOIN);
             t->c.team = NULL;
             if (ls_load_acquire(&pool->exiting))
                 return NULL;
             if (w->tid >= team->n) {
-                if (ls_fetch_add(&team->leaving, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+                if (ls_fetch_add(&team->leaving, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
                     ls_omp_ring(team);
                 break;
             }
@@ -123,6 +125,7 @@ static void pool_free(void *arg)
         free(pool->workers[i]);
     }
     free(pool->workers);
+    free(team->slots);
     pthread_mutex_destroy(&team->task_lock);
     for (unsigned i = 0; i < LS_OMP_WS_RING; i++)
         free(team->ring[i].mem);
@@ -141,13 +144,17 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
         return pool;
     /* none yet, or a copy left from the parent of this forked child: its workers stay
      * behind in the parent, so the child starts a pool of its own */
-    if (pool)
-        ls_omp_active_threads_reset();
     pthread_once(&pool_once, make_key);
     ls_fork_watch();
     if (posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0)
         return NULL;
     memset(pool, 0, sizeof *pool);
+    pool->team.slots = calloc(LS_OMP_MAX_THREADS, sizeof *pool->team.slots);
+    if (!pool->team.slots) {
+        free(pool);
+        return NULL;
+    }
+    pool->team.slots[0] = &pool->master_slot;
     pool->team.pool = pool;
     pool->cur_n = 1;
     pool->fork_gen = ls_fork_gen();
@@ -206,9 +213,11 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         pthread_attr_setstacksize(&attr, ls_omp_g.stacksize);
     while (pool->n_workers + 1 < want) {
         int tid = pool->n_workers + 1;
-        struct ls_omp_worker *w = calloc(1, sizeof *w);
-        if (!w)
+        struct ls_omp_worker *w = NULL;
+        if (posix_memalign((void **)&w, LOCKSTEP_CACHELINE, sizeof *w) != 0)
             break;
+        memset(w, 0, sizeof *w);
+        pool->team.slots[tid] = &w->slot;
         w->tid = tid;
         w->pool = pool;
         if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
@@ -248,8 +257,8 @@ static int team_size(struct ls_omp_thread *t, unsigned num_threads)
         n = ls_omp_g.n_cpus;
     if (n > ls_omp_g.thread_limit)
         n = ls_omp_g.thread_limit;
-    if (n > 4096)
-        n = 4096;
+    if (n > LS_OMP_MAX_THREADS)
+        n = LS_OMP_MAX_THREADS;
     return n < 1 ? 1 : (int)n;
 }
 
@@ -353,7 +362,7 @@ void ls_omp_join(void)
     if (team->n > 1) {
         /* the gather: every worker has arrived at the episode the master's next
          * arrival (the next fork) completes */
-        ls_omp_wait(t, team, t->c.next_target - 1u, 1);
+        ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
         ls_omp_active_threads_add(-team->n);
     } /* a team of one ran its tasks where they were created */
     t->c = team->master_saved;

@@ -15,4 +15,9 @@
  * work-share slot) spins before it yields the CPU between checks. */
 #define LS_OMP_SHORT_SPIN 256u
 
+/* Threads outnumber the CPUs and every member still missing at a barrier last ran on
+ * another CPU: pause rounds a waiter spins (about a context switch) before it yields
+ * anyway, in case one of them has moved here since. */
+#define LS_OMP_ELSEWHERE_SPIN 4096u
+
 #endif

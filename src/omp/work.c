@@ -1,5 +1,5 @@
-/* Work-sharing: the descriptor ring, loops (every schedule, ordered, long and unsigned
- * long long), sections and single.
+/* Work-sharing: the descriptor ring, and loops (every schedule, ordered, long and
+ * unsigned long long).
  *
  * Every thread of a team meets the same work-share constructs in the same order, so
  * the k-th construct of a region is the team's construct number ws_base + k. Its
@@ -12,7 +12,8 @@
  * ws_inited only grows, and in construct order: the thread that claims construct
  * k + 1 has seen construct k initialised (or initialised it). A loop is normalised to
  * iterations [0, count): value = start + i * incr, in 64-bit wrap-around arithmetic,
- * which is exact for long and unsigned long long loops alike. */
+ * which is exact for long and unsigned long long loops alike. Sections and single are
+ * in sections.c. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <sched.h>
@@ -233,6 +234,34 @@ static void loop_init(struct ls_omp_ws *ws, void *arg, int n)
     }
 }
 
+void ls_omp_loop_enter(struct ls_omp_thread *t, int sched, uint64_t start, uint64_t count,
+                       uint64_t incr, uint64_t chunk, void **mem)
+{
+    struct loop_args a = {sched, start, count, incr, chunk, mem};
+    ls_omp_ws_enter(t, loop_init, &a);
+    if (mem)
+        *mem = t->c.ws->mem;
+}
+
+/* GOMP_loop_start's memory for a loop outside any region: this thread's, zeroed. */
+static void *orphan_mem(size_t size)
+{
+    static __thread void *mem;
+    static __thread size_t cap;
+    if (size > cap) {
+        free(mem);
+        mem = calloc(1, size);
+        cap = mem ? size : 0;
+        if (!mem) {
+            ls_omp_warn("out of memory for a loop's shared memory");
+            abort();
+        }
+    } else if (mem) {
+        memset(mem, 0, size);
+    }
+    return mem;
+}
+
 /* Enter a loop construct; the first chunk into *lo, *hi. */
 static bool loop_start(int sched, long chunk, bool ordered, uint64_t start, uint64_t count,
                        uint64_t incr, void **mem, uint64_t *lo, uint64_t *hi)
@@ -242,60 +271,79 @@ static bool loop_start(int sched, long chunk, bool ordered, uint64_t start, uint
     a.sched = ls_omp_resolve_sched(sched, &chunk, &t->c.icv) | (ordered ? LS_WS_ORDERED : 0);
     a.chunk = (uint64_t)chunk;
     if (!t->c.team) { /* an orphaned loop outside any region: a team of one */
+        if (mem)
+            *mem = orphan_mem((size_t)(uintptr_t)*mem);
+        if (!lo)
+            return true;
         *lo = 0;
         *hi = count;
         return count != 0;
     }
-    ls_omp_ws_enter(t, loop_init, &a);
-    if (mem)
-        *mem = t->c.ws->mem;
+    ls_omp_loop_enter(t, a.sched, start, count, incr, a.chunk, mem);
     if (!lo)
         return true;
     return ls_omp_loop_next(t, lo, hi);
 }
 
-static bool next_long(long *istart, long *iend)
+/* The next chunk's first and past-the-end values, as 64-bit patterns. */
+static bool next_values(uint64_t *vs, uint64_t *ve)
 {
     struct ls_omp_thread *t = ls_omp_thr();
     uint64_t lo, hi;
     if (!ls_omp_loop_next(t, &lo, &hi))
         return false;
     struct ls_omp_ws *ws = t->c.ws;
-    *istart = (long)(ws->start + lo * ws->incr);
-    *iend = (long)(ws->start + hi * ws->incr);
+    *vs = ws->start + lo * ws->incr;
+    *ve = ws->start + hi * ws->incr;
+    return true;
+}
+
+static bool next_long(long *istart, long *iend)
+{
+    uint64_t vs, ve;
+    if (!next_values(&vs, &ve))
+        return false;
+    *istart = (long)vs;
+    *iend = (long)ve;
     return true;
 }
 
 static bool next_ull(unsigned long long *istart, unsigned long long *iend)
 {
-    struct ls_omp_thread *t = ls_omp_thr();
+    return next_values((uint64_t *)istart, (uint64_t *)iend);
+}
+
+/* Enter a loop given as start, end (past the last), incr, in either type's bit
+ * pattern; the first chunk's values into *vs, *ve (NULL vs: only enter). */
+static bool start_values(int sched, bool ordered, uint64_t start, uint64_t end, uint64_t count,
+                         uint64_t incr, long chunk, void **mem, uint64_t *vs, uint64_t *ve)
+{
     uint64_t lo, hi;
-    if (!ls_omp_loop_next(t, &lo, &hi))
+    if (!loop_start(sched, chunk, ordered, start, count, incr, mem, vs ? &lo : NULL, &hi))
         return false;
-    struct ls_omp_ws *ws = t->c.ws;
-    *istart = ws->start + lo * ws->incr;
-    *iend = ws->start + hi * ws->incr;
+    if (!vs)
+        return true;
+    if (!ls_omp_self.c.team) { /* orphaned: the whole loop */
+        *vs = start;
+        *ve = end;
+    } else {
+        *vs = start + lo * incr;
+        *ve = start + hi * incr;
+    }
     return true;
 }
 
 static bool start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
                        long *istart, long *iend, void **mem)
 {
-    uint64_t lo, hi;
-    struct ls_omp_thread *t = ls_omp_thr();
-    uint64_t count = count_long(start, end, incr);
-    if (!loop_start(sched, chunk, ordered, (uint64_t)start, count, (uint64_t)incr, mem,
-                    istart ? &lo : NULL, &hi))
+    uint64_t vs = 0, ve = 0;
+    if (!start_values(sched, ordered, (uint64_t)start, (uint64_t)end, count_long(start, end, incr),
+                      (uint64_t)incr, chunk, mem, istart ? &vs : NULL, &ve))
         return false;
-    if (!istart)
-        return true;
-    if (!t->c.team) {
-        *istart = start;
-        *iend = end;
-        return true;
+    if (istart) {
+        *istart = (long)vs;
+        *iend = (long)ve;
     }
-    *istart = (long)((uint64_t)start + lo * (uint64_t)incr);
-    *iend = (long)((uint64_t)start + hi * (uint64_t)incr);
     return true;
 }
 
@@ -303,21 +351,15 @@ static bool start_ull(int sched, bool ordered, bool up, unsigned long long start
                       unsigned long long end, unsigned long long incr, unsigned long long chunk,
                       unsigned long long *istart, unsigned long long *iend, void **mem)
 {
-    uint64_t lo, hi;
-    struct ls_omp_thread *t = ls_omp_thr();
-    uint64_t count = trip_count(start, end, incr, up);
     long ch = chunk > (unsigned long long)LONG_MAX ? LONG_MAX : (long)chunk;
-    if (!loop_start(sched, ch, ordered, start, count, incr, mem, istart ? &lo : NULL, &hi))
+    uint64_t vs = 0, ve = 0;
+    if (!start_values(sched, ordered, start, end, trip_count(start, end, incr, up), incr, ch, mem,
+                      istart ? &vs : NULL, &ve))
         return false;
-    if (!istart)
-        return true;
-    if (!t->c.team) {
-        *istart = start;
-        *iend = end;
-        return true;
+    if (istart) {
+        *istart = vs;
+        *iend = ve;
     }
-    *istart = start + lo * incr;
-    *iend = start + hi * incr;
     return true;
 }
 
@@ -509,112 +551,4 @@ LS_OMP_EXPORT void GOMP_parallel_loop_runtime_start(void (*fn)(void *), void *da
                                                     long s, long e, long inc)
 {
     parallel_loop(fn, data, nt, s, e, inc, 0, 0, 0, false);
-}
-
-/* ---- sections ---------------------------------------------------------------------------- */
-
-static unsigned sections_next(struct ls_omp_thread *t)
-{
-    uint64_t lo, hi;
-    if (!t->c.team)
-        return 0;
-    return ls_omp_loop_next(t, &lo, &hi) ? (unsigned)lo + 1u : 0u;
-}
-
-static unsigned sections_start(unsigned count, void **mem)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    if (!t->c.team) /* orphaned: this thread runs them all, one by one */
-        return count ? 1u : 0u;
-    struct loop_args a = {LS_SCHED_DYNAMIC, 1, count, 1, 1, mem};
-    ls_omp_ws_enter(t, loop_init, &a);
-    if (mem)
-        *mem = t->c.ws->mem;
-    return sections_next(t);
-}
-
-LS_OMP_EXPORT unsigned GOMP_sections_start(unsigned count)
-{
-    return sections_start(count, NULL);
-}
-
-LS_OMP_EXPORT unsigned GOMP_sections2_start(unsigned count, uintptr_t *reductions, void **mem)
-{
-    if (reductions)
-        ls_omp_unsupported("GOMP_sections2_start (task reductions)");
-    return sections_start(count, mem);
-}
-
-LS_OMP_EXPORT unsigned GOMP_sections_next(void)
-{
-    return sections_next(ls_omp_thr());
-}
-
-LS_OMP_EXPORT void GOMP_sections_end_nowait(void)
-{
-    GOMP_loop_end_nowait();
-}
-
-LS_OMP_EXPORT void GOMP_sections_end(void)
-{
-    GOMP_loop_end();
-}
-
-LS_OMP_EXPORT bool GOMP_sections_end_cancel(void)
-{
-    GOMP_loop_end();
-    return false;
-}
-
-LS_OMP_EXPORT void GOMP_parallel_sections(void (*fn)(void *), void *data, unsigned nt,
-                                          unsigned count, unsigned flags)
-{
-    ls_omp_fork(fn, data, nt, flags, LS_SCHED_DYNAMIC, 1, count, 1, 1);
-    fn(data);
-    ls_omp_join();
-}
-
-LS_OMP_EXPORT void GOMP_parallel_sections_start(void (*fn)(void *), void *data, unsigned nt,
-                                                unsigned count)
-{
-    ls_omp_fork(fn, data, nt, 0, LS_SCHED_DYNAMIC, 1, count, 1, 1);
-}
-
-/* ---- single ------------------------------------------------------------------------------ */
-
-LS_OMP_EXPORT bool GOMP_single_start(void)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    return !t->c.team || ls_omp_ws_enter(t, NULL, NULL) == 1;
-}
-
-static void copy_init(struct ls_omp_ws *ws, void *arg, int n)
-{
-    (void)arg;
-    ls_omp_ws_init(ws, LS_SCHED_STATIC, 0, 0, 0, 0, n);
-}
-
-LS_OMP_EXPORT void *GOMP_single_copy_start(void)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    if (!t->c.team)
-        return NULL;
-    if (ls_omp_ws_enter(t, copy_init, NULL))
-        return NULL;
-    struct ls_omp_ws *ws = t->c.ws;
-    LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->copy_ready) != 0);
-    void *data = ws->copy;
-    ls_omp_ws_leave(t);
-    return data;
-}
-
-LS_OMP_EXPORT void GOMP_single_copy_end(void *data)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    struct ls_omp_ws *ws = t->c.ws;
-    if (!ws)
-        return;
-    ws->copy = data;
-    ls_store_release(&ws->copy_ready, 1u); /* publishes data to the waiting threads */
-    ls_omp_ws_leave(t);
 }

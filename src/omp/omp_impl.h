@@ -108,7 +108,7 @@ struct ls_omp_task {
 /* One work-share construct's descriptor, in a ring slot of the team. The iteration
  * space is normalised to [0, count): value = start + i * incr (mod 2^64). */
 struct ls_omp_ws {
-    uint64_t next;          /* dynamic / guided: first unassigned index */
+    _Alignas(LOCKSTEP_CACHELINE) uint64_t next; /* dynamic / guided: first unassigned index */
     LS_PADTO(8);
     uint64_t ordered_next;  /* ordered: the index whose chunk may enter next */
     LS_PADTO(8);
@@ -117,6 +117,7 @@ struct ls_omp_ws {
     int ordered;            /* an ordered loop: chunks pass the turn in order */
     uint64_t count;
     uint64_t chunk;
+    uint64_t n_chunks;      /* static with a chunk: ceil(count / chunk) */
     uint64_t start, incr;   /* in the caller's type, as 64-bit patterns */
     void *copy;             /* single copyprivate: the winner's data */
     uint32_t copy_ready;
@@ -201,7 +202,9 @@ struct ls_omp_thread {
     int initialized;
 };
 
-extern __thread struct ls_omp_thread ls_omp_self;
+/* initial-exec: one load off the thread pointer (general-dynamic, -fPIC's default, calls
+ * __tls_get_addr on every access); the runtime is preloaded or linked, not dlopened late */
+extern __thread struct ls_omp_thread ls_omp_self __attribute__((tls_model("initial-exec")));
 extern int ls_omp_used; /* some thread has called into the runtime */
 
 /* The calling thread's state, initialised on first use. */

@@ -31,6 +31,7 @@ void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t co
     ws->count = count;
     ws->incr = incr;
     ws->chunk = chunk;
+    ws->n_chunks = chunk ? count / chunk + (count % chunk != 0) : 0;
     ws->copy = NULL;
     ws->copy_ready = 0;
     ls_store_relaxed(&ws->next, 0u);
@@ -107,8 +108,18 @@ bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
     struct ls_omp_ws *ws = t->c.ws;
     if (!ws)
         return false;
-    ls_omp_ordered_release(t);
     uint64_t count = ws->count, chunk = ws->chunk, i, q;
+    if (LS_LIKELY(ws->sched == LS_SCHED_DYNAMIC && !ws->ordered && count <= (UINT64_MAX >> 1))) {
+        /* the common dynamic loop: one RMW per chunk; next may pass count by at most
+         * n * chunk, which cannot wrap below 2^63 iterations */
+        i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
+        if (i >= count)
+            return false;
+        *lo = i;
+        *hi = chunk > count - i ? count : i + chunk;
+        return true;
+    }
+    ls_omp_ordered_release(t);
     uint64_t n = (uint64_t)t->c.team->n, tid = (uint64_t)t->c.tid;
     switch (ws->sched) {
     case LS_SCHED_STATIC:
@@ -121,22 +132,20 @@ bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
             q += tid < r;
         } else {
             uint64_t k = tid + t->c.static_k++ * n;
-            uint64_t chunks = count / chunk + (count % chunk != 0);
-            if (k >= chunks)
+            if (k >= ws->n_chunks)
                 return false;
             i = k * chunk;
             q = chunk;
         }
         break;
     case LS_SCHED_DYNAMIC:
-        /* one RMW per chunk; next may pass count by n * chunk, which cannot wrap
-         * below 2^63 iterations (larger loops take guided's CAS instead) */
-        if (count <= (UINT64_MAX >> 1)) {
+        if (count <= (UINT64_MAX >> 1)) { /* ordered: as above, and the chunk is held */
             i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
             q = chunk;
             break;
         }
-        /* fall through */
+        /* loops of 2^63 iterations or more take guided's CAS */
+        __attribute__((fallthrough));
     default: /* guided: a share of what is left, at least chunk (dynamic: chunk) */
         i = ls_load_relaxed(&ws->next);
         do {
@@ -286,9 +295,9 @@ static bool loop_start(int sched, long chunk, bool ordered, uint64_t start, uint
 }
 
 /* The next chunk's first and past-the-end values, as 64-bit patterns. */
-static bool next_values(uint64_t *vs, uint64_t *ve)
+static inline bool next_values(uint64_t *vs, uint64_t *ve)
 {
-    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_thread *t = &ls_omp_self; /* inside a loop: initialised */
     uint64_t lo, hi;
     if (!ls_omp_loop_next(t, &lo, &hi))
         return false;

@@ -182,8 +182,8 @@ struct ls_omp_team {
     LS_PADTO(4);
     struct ls_omp_ws ring[LS_OMP_WS_RING];
 
-    /* deferred tasks: a LIFO queue under a mutex, and counts read without it */
-    _Alignas(LOCKSTEP_CACHELINE) pthread_mutex_t task_lock;
+    /* deferred tasks: a LIFO queue under a spinlock, and counts read without it */
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t task_lock;
     struct ls_omp_task *queue;
     uint32_t queued;                /* tasks in the queue */
     uint32_t pending;               /* queued or running deferred tasks */

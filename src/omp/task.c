@@ -1,7 +1,8 @@
 /* Explicit tasks: task, taskwait, taskgroup, taskyield, taskloop.
  *
  * A deferred task is copied to the heap and pushed on its team's queue (LIFO, under a
- * mutex); pending counts it until it finishes, and the team barrier does not release
+ * spinlock: a push or a pop holds it for a few stores, where a mutex's sleep and wake
+ * cost microseconds); pending counts it until it finishes, and the team barrier does not release
  * an episode while pending > 0 (team.c), so every task created in a region has run
  * when the region, or a barrier in it, ends. Any thread of the team runs queued tasks
  * while it waits at a barrier or at the join; taskwait and taskgroup end run only the
@@ -32,6 +33,18 @@
 #define F_NOGROUP (1u << 11)
 #define F_REDUCTION (1u << 12)
 #define F_DETACH (1u << 13)
+
+static void queue_lock(struct ls_omp_team *team)
+{
+    /* acquire: the previous holder's changes to the queue */
+    while (__atomic_exchange_n(&team->task_lock, 1u, __ATOMIC_ACQUIRE) != 0)
+        LS_OMP_SPIN_UNTIL(ls_load_relaxed(&team->task_lock) == 0);
+}
+
+static void queue_unlock(struct ls_omp_team *team)
+{
+    ls_store_release(&team->task_lock, 0u); /* publishes this holder's changes */
+}
 
 static void task_release(struct ls_omp_task *task)
 {
@@ -69,7 +82,7 @@ static struct ls_omp_task *take(struct ls_omp_team *team,
 {
     if (ls_load_acquire(&team->queued) == 0)
         return NULL;
-    pthread_mutex_lock(&team->task_lock);
+    queue_lock(team);
     struct ls_omp_task **pp = &team->queue, *task;
     while ((task = *pp) && want && !want(task, arg))
         pp = &task->next;
@@ -77,7 +90,7 @@ static struct ls_omp_task *take(struct ls_omp_team *team,
         *pp = task->next;
         ls_store_relaxed(&team->queued, team->queued - 1u);
     }
-    pthread_mutex_unlock(&team->task_lock);
+    queue_unlock(team);
     return task;
 }
 
@@ -192,11 +205,11 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
         return;
     }
     ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&team->task_lock);
+    queue_lock(team);
     task->next = team->queue;
     team->queue = task;
     uint32_t was = ls_fetch_add(&team->queued, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
-    pthread_mutex_unlock(&team->task_lock);
+    queue_unlock(team);
     if (was == 0) /* waiters park only on an empty queue */
         ls_omp_ring(team);
 }

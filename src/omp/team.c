@@ -126,7 +126,6 @@ static void pool_free(void *arg)
     }
     free(pool->workers);
     free(team->slots);
-    pthread_mutex_destroy(&team->task_lock);
     for (unsigned i = 0; i < LS_OMP_WS_RING; i++)
         free(team->ring[i].mem);
     free(pool);
@@ -158,7 +157,6 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     pool->team.pool = pool;
     pool->cur_n = 1;
     pool->fork_gen = ls_fork_gen();
-    pthread_mutex_init(&pool->team.task_lock, NULL);
     ls_omp_init_wait(&pool->team);
     lockstep_wait_init(&pool->idle_wait, ls_omp_g.wait_policy, 2, 0);
     t->pool = pool;
@@ -274,7 +272,6 @@ static struct ls_omp_team *serial_team(struct ls_omp_thread *t)
         abort();
     }
     memset(team, 0, sizeof *team);
-    pthread_mutex_init(&team->task_lock, NULL);
     ls_omp_init_wait(team);
     team->n = 1;
     return team;

@@ -73,8 +73,10 @@ def bench_omp(build, quick, run_json, collect):
             for impl, extra in impls.items():
                 env = dict(base_env, **extra)
                 collect(samples, run_json([exe, impl, w, str(t), str(reps)], env=env))
-        if i % 10 == 0 and os.path.exists(ping):  # the host's state, as bench threads reports it
-            collect(samples, run_json([ping, "auto", "pingpong", "2", str(reps)]))
+        if i % 10 == 0:  # the host's state: a cache line's round trip, a context switch
+            if os.path.exists(ping):
+                collect(samples, run_json([ping, "auto", "pingpong", "2", str(reps)]))
+            collect(samples, run_json([exe, "host", "handoff", "2", str(reps)], env=base_env))
     return samples
 
 
@@ -114,7 +116,18 @@ def omp_targets(rows):
     r = ratio("sched-dynamic-1", 2, "gomp")
     if r is not None:
         lines.append(f"sched-dynamic-1 at 2 threads <= 1.0x libgomp: {'met' if r <= 1.0 else 'MISSED'} ({r:.2f}x)")
+    hand = med("handoff", "host", 2)
+    cpus = os.cpu_count() or 1
     for t in (4, 8, 16):
+        if hand and t > cpus:
+            # every thread runs once per barrier episode: t / cpus of them per CPU, so
+            # as many context switches per CPU at the least
+            floor = t / cpus * hand
+            base = best("sync-barrier", t)
+            lines.append(f"floor at {t} threads on {cpus} CPUs: {t // cpus} context switches per CPU "
+                         f"per barrier x {hand:.2f} us = {floor:.2f} us; the better runtime's barrier "
+                         f"{base:.2f} us, so 0.5x of it is {'below' if base and base / 2 < floor else 'above'} "
+                         f"the floor" if base else f"floor at {t} threads: {floor:.2f} us")
         for w in [f"sync-{s}" for s in SYNC] + ["graph"]:
             r = ratio(w, t)
             two = med(w, "lockstep", 2)

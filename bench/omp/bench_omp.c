@@ -12,8 +12,14 @@
  *   task-fan          us per fan of 10,000 small tasks from a single
  *   task-fib          ms per fib(25), two tasks and a taskwait per call
  *   idle              CPU-seconds per second burned from 10 ms to 210 ms after a region
+ *   handoff           the host's floor for threads that outnumber the CPUs: us for one
+ *                     sched_yield hand-off between two threads pinned to one CPU (no
+ *                     OpenMP; a barrier of t threads on c CPUs needs t / c per CPU)
  * One JSON line per measurement (bench/threads/bench_common.h). */
+#define _GNU_SOURCE
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 #include "bench_common.h"
 #include "omp_common.h"
 
@@ -224,6 +230,40 @@ static double fib_rep(int t, long runs)
     return (double)(bench_now() - t0) / 1e6 / (double)runs;
 }
 
+/* ---- the host's context-switch floor --------------------------------------------------- */
+
+static volatile int turn;
+
+static void *handoff_thread(void *arg)
+{
+    int me = (int)(intptr_t)arg; /* pinned with its creator: the affinity is inherited */
+    for (int i = 0; i < 20000; i++) {
+        while (turn != me)
+            sched_yield();
+        turn = !me;
+    }
+    return NULL;
+}
+
+static double handoff_rep(void)
+{
+    cpu_set_t one, old;
+    pthread_getaffinity_np(pthread_self(), sizeof old, &old);
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one); /* the threads inherit it */
+    pthread_t th[2];
+    turn = 0;
+    uint64_t t0 = bench_now();
+    for (intptr_t i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, handoff_thread, (void *)i);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    double us = (double)(bench_now() - t0) / 1e3 / 40000.0;
+    pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    return us;
+}
+
 /* Every runtime's first tens of milliseconds of barriers in a new process run slow on
  * these VMs (the host has the other vCPU to bring up): untimed, before the pilot. */
 static void warm_up(int t)
@@ -255,10 +295,16 @@ int main(int argc, char **argv)
     int t, reps;
     if (bench_args(argc, argv, &impl, &w, &t, &reps) != 0)
         return 2;
+    double r[BENCH_MAX_REPS];
+    if (strcmp(w, "handoff") == 0) {
+        for (int i = 0; i < reps; i++)
+            r[i] = handoff_rep();
+        bench_emit(w, impl, t, "us", r, reps);
+        return 0;
+    }
     graph_data_init(&G);
     omp_init_lock(&lock);
     warm_up(t);
-    double r[BENCH_MAX_REPS];
     if (strncmp(w, "sync-", 5) == 0) {
         for (size_t k = 0; k < sizeof constructs / sizeof constructs[0]; k++) {
             if (strcmp(w + 5, constructs[k].name) != 0)

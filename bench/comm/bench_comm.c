@@ -52,7 +52,7 @@
  *   bcast_fresh_<N>r / allgather_fresh_<N>r — the same, linear order, but the senders
  *                                write new data into the buffer before each call (both
  *                                implementations pay that write), as an inference step
- *                                does. An unchanged buffer flatters single-copy transfers
+ *                                does. An unchanged buffer flatters kernel-copy transfers
  *                                (OpenMPI reads the sender's memory with CMA): its lines
  *                                stay clean and end up cached on the reader's core.
  *   roundtrip_<N>r            — the host's state while each table's rows ran (see
@@ -241,10 +241,10 @@ static int do_allreduce(void *p, int impl)
     if (impl == 0)
         return MPI_Allreduce(MPI_IN_PLACE, c->a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     if (impl == 4)
-        return lockstep_comm_allreduce(c->ls[0], c->z, c->z, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+        return lockstep_comm_allreduce(c->ls[0], c->z, c->z, n, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM);
     if (impl >= 5)
-        return lockstep_mpi_allreduce(c->mpi[impl - 5], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
-    return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+        return lockstep_mpi_allreduce(c->mpi[impl - 5], c->a, c->a, n, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM);
+    return lockstep_comm_allreduce(c->ls[impl - 1], c->a, c->a, n, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM);
 }
 
 /* impl 0 MPI_Reduce_scatter_block, 1 lockstep_comm_reduce_scatter: f32 sums, a block of
@@ -255,7 +255,7 @@ static int do_reduce_scatter(void *p, int impl)
     size_t n = c->bytes / 4;
     if (impl == 0)
         return MPI_Reduce_scatter_block(c->a, c->b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
-    return lockstep_comm_reduce_scatter(c->ls[0], c->a, c->b, n, LOCKSTEP_F32, LOCKSTEP_SUM);
+    return lockstep_comm_reduce_scatter(c->ls[0], c->a, c->b, n, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM);
 }
 
 /* impl 0 MPI_Alltoall, 1 lockstep_comm_alltoall: blocks of c->bytes (send c->a, recv c->b);
@@ -286,7 +286,7 @@ static const char *const b_names[] = {"openmpi",      "linear-pull",  "linear-pu
 static void x_impl(const struct ctx *c, int impl, int *order, int *xfer, float **send, float **recv)
 {
     int in_buf = impl == 3;
-    int k = impl == 3 ? LOCKSTEP_PUSH : impl < 3 ? impl - 1 : impl - 2; /* order * 2 + xfer */
+    int k = impl == 3 ? LOCKSTEP_XFER_PUSH : impl < 3 ? impl - 1 : impl - 2; /* order * 2 + xfer */
     *order = k / 2;
     *xfer = k % 2;
     *send = in_buf ? c->z : c->a;
@@ -416,9 +416,9 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
-    if (rank == 0) /* how large blocks moved in this run (rank 0's measure, or LOCKSTEP_KERNEL_COPY) */
+    if (rank == 0) /* whether rank 0 offers kernel copies in this run (lockstep_comm_kernel_copy) */
         printf("{\"note\": \"kernel_copy\", \"ranks\": %d, \"value\": \"%s\"}\n", size,
-               lockstep_comm_kernel_copy(c.ls[0]));
+               lockstep_comm_kernel_copy(c.ls[0]) == 1 ? "on" : "off");
     for (int k = 0; k < 3; k++) {
         lockstep_mpi_params_t q = lockstep_mpi_params_default();
         q.ranks_per_node = k == 0 ? 0 : (size + 1) / 2;

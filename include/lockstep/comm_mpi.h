@@ -144,6 +144,24 @@ int lockstep_mpi_comm_size(const lockstep_mpi_comm_t *c);
 int lockstep_mpi_comm_nodes(const lockstep_mpi_comm_t *c); /* number of nodes */
 lockstep_comm_t *lockstep_mpi_comm_node(lockstep_mpi_comm_t *c); /* this node's */
 
+/* The collectives, over every rank of comm.
+ * Ordering: as comm.h's collectives: every write a rank made to its send (or buf)
+ * before its call happens-before every other rank's reads of it in the call, and the
+ * call's writes to a rank's recv happen-before that rank's return.
+ * Concurrency: one call at a time per communicator (the node's communicator refuses a
+ * second with -EBUSY); calls on different communicators may run at once only as far
+ * as the MPI library's thread level allows.
+ * Errors: comm.h's, and -LOCKSTEP_EMPI; a failed call may leave part of the result in
+ * recv (see the top).
+ *
+ * Thread safety:
+ *   function                               may run at once with
+ *   lockstep_mpi_params_default            anything
+ *   lockstep_mpi_comm_create, _free        nothing on the same MPI communicator (MPI's
+ *                                          collective rules)
+ *   lockstep_mpi_comm_rank/_size/_nodes/_node  anything on the same communicator
+ *   collectives                            see Concurrency above */
+
 /* As lockstep_comm_allreduce, over every rank of comm. */
 int lockstep_mpi_allreduce(lockstep_mpi_comm_t *c, const void *send, void *recv, size_t count,
                            lockstep_dtype_t dtype, lockstep_op_t op);

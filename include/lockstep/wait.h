@@ -13,16 +13,13 @@
  *
  * Spin budget. A waiter should not park while the thread it waits for may still
  * arrive soon; in particular, when that thread was itself parked and has just been
- * woken, it needs the kernel's wake-up latency before it runs. On the reference
- * machine (2-vCPU Xeon VM, 2026-11) that latency — from the publishing store to the
- * parked thread running — measured p50 10 us, p90 12-13 us, p99 29-32 us; one PAUSE
- * 19-25 ns. With a budget below the median (8 us was tried) a pair of threads falls
- * into a convoy: each parks just before the other arrives, and every barrier then
- * costs a futex hand-off (10-40 us per graph node instead of 0.9). LOCKSTEP_SPIN_NS is
- * therefore 40000 ns, above the p99, so a woken partner is almost always met while
- * still spinning. An idle pool spins that long once, then parks. The budget is turned
- * into PAUSE iterations by timing PAUSE once per process (10-140 cycles by CPU).
- * Reproduce with: build/release/bench/threads/lockstep_bench_threads auto calibrate 1 5
+ * woken, it needs the kernel's wake-up latency before it runs. With a budget below
+ * the typical wake-up latency a pair of threads falls into a convoy: each parks just
+ * before the other arrives, and every barrier then costs a futex hand-off. So
+ * LOCKSTEP_SPIN_NS lies above the tail of that latency (`lockstep_bench_threads auto
+ * calibrate 1 5` measures it), and a woken partner is almost always met while still
+ * spinning. An idle pool spins that long once, then parks. The budget is turned into
+ * PAUSE iterations by timing PAUSE once per process.
  *
  * Policy (like OMP_WAIT_POLICY):
  *   active  — spin and yield, never park (lowest latency, burns CPU while idle);
@@ -47,13 +44,11 @@ extern "C" {
  * still contend. */
 #define LOCKSTEP_CACHELINE 128
 
-#define LOCKSTEP_SPIN_NS 40000u  /* measured; see the comment at the top of this file */
-#define LOCKSTEP_YIELDS 16u      /* yields before parking (one yield: ~0.3 us here) */
+#define LOCKSTEP_SPIN_NS 40000u  /* above the wake-up latency's tail: see the top of this file */
+#define LOCKSTEP_YIELDS 16u      /* yields before parking */
 /* Yields before parking when participants outnumber CPUs (auto policy). A yield then
  * hands the CPU straight to a thread we are waiting for, which a park/wake pair does
- * only ~10 us later. Measured on 2 CPUs, interleaved A/B, medians of 9: 2 -> 64 yields
- * took empty regions at 4/16 threads from 9.3/19.4 us to 3.7/12.0 us and barriers at
- * 4/16 threads from 3.7/12.2 us to 1.8/9.7 us (16 yields: in between). */
+ * only a wake-up latency later. */
 #define LOCKSTEP_YIELDS_OVERSUBSCRIBED 64u
 
 typedef enum lockstep_wait_policy {

@@ -100,6 +100,7 @@ Op = Literal["sum", "max", "min"]
 Order = Literal["linear", "rotated", "random", "topology"]
 Xfer = Literal["pull", "push"]
 WaitPolicy = Literal["default", "auto", "active", "passive"]
+KernelCopy = Literal["auto", "off", "wide"]
 # an integer argument: an int, a numpy integer, or a string holding one (an
 # environment variable's value)
 IntArg = Union[SupportsIndex, str]
@@ -119,6 +120,7 @@ def reduce_isa() -> str:
 _ORDERS = {name: code for code, name in enumerate(_lockstep.ORDERS)}  # linear, rotated, random, topology
 _XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
 _POLICIES = {name: code for code, name in enumerate(_lockstep.WAIT_POLICIES)}  # default, auto, active, passive
+_KERNEL_COPY = {"auto": 0, "off": 1, "wide": 2}  # lockstep_kernel_copy_t
 _OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES: Dict[Any, int] = {}  # torch dtype -> lockstep code, filled by _torch_seen
@@ -184,21 +186,25 @@ def _torch_code(t: Any, what: str = "allreduce") -> int:
     return code
 
 
-def _new_like(send: Any, lead: Tuple[int, ...], what: str) -> Any:
-    """A new array for what a call receives: shape lead + send's shape and send's dtype
-    for a torch tensor or numpy array (or numpy scalar, shape ()); for any other
-    buffer, uint8 of shape lead + (its byte length,)."""
+# the kinds of _lockstep.recv_shape, the one rule for the shape of a recv a call makes
+_RECV_GATHER, _RECV_SAME, _RECV_SCATTER = 0, 1, 2
+
+
+def _new_like(send: Any, kind: int, size: int, what: str) -> Any:
+    """A new array for what a call receives, of _lockstep.recv_shape's shape: from send's
+    shape and dtype for a torch tensor or numpy array (or numpy scalar, shape ()); for
+    any other buffer, uint8 of its byte length."""
     if isinstance(send, (_np.ndarray, _np.generic)):
-        return _np.empty(lead + send.shape, send.dtype)
+        return _np.empty(_lockstep.recv_shape(send.shape, kind, size), send.dtype)
     if _is_tensor(send):
         import torch
-        return torch.empty(lead + tuple(send.shape), dtype=send.dtype)
+        return torch.empty(_lockstep.recv_shape(tuple(send.shape), kind, size), dtype=send.dtype)
     try:
         nbytes = memoryview(send).nbytes
     except TypeError:
         raise TypeError(f"{what} needs a buffer (a numpy array, a torch CPU tensor, bytes...), "
                         f"not {type(send).__name__}") from None
-    return _np.empty(lead + (nbytes,), _np.uint8)
+    return _np.empty(_lockstep.recv_shape((nbytes,), kind, size), _np.uint8)
 
 
 def _address(a: Any) -> Any:
@@ -330,7 +336,8 @@ class Comm:
     def __init__(self, job: Union[str, int], rank: IntArg, size: IntArg,
                  timeout: Union[float, _timedelta, None] = 60.0, wait_policy: WaitPolicy = "default",
                  small_bytes: IntArg = 0, chunk_bytes: IntArg = 0, allreduce_small_bytes: IntArg = 0,
-                 buffer_bytes: IntArg = 0, cpu_sharers: IntArg = 0, broadcast_eager_bytes: IntArg = 0) -> None:
+                 buffer_bytes: IntArg = 0, cpu_sharers: IntArg = 0, broadcast_eager_bytes: IntArg = 0,
+                 kernel_copy: KernelCopy = "auto") -> None:
         nbytes = (_int_arg(small_bytes, "small_bytes", 63), _int_arg(chunk_bytes, "chunk_bytes", 63),
                   _int_arg(allreduce_small_bytes, "allreduce_small_bytes", 63),
                   _int_arg(buffer_bytes, "buffer_bytes", 63))
@@ -340,7 +347,8 @@ class Comm:
         self._c = _lockstep.Comm(str(job), _int_arg(rank, "rank"), _int_arg(size, "size"), _timeout_ms(timeout),
                                  _code(_POLICIES, wait_policy, "wait_policy"), *nbytes,
                                  _int_arg(cpu_sharers, "cpu_sharers"),
-                                 _int_arg(broadcast_eager_bytes, "broadcast_eager_bytes", 63))
+                                 _int_arg(broadcast_eager_bytes, "broadcast_eager_bytes", 63),
+                                 _code(_KERNEL_COPY, kernel_copy, "kernel_copy"))
         self.job: str = str(job)
         self.rank: int = self._c.rank
         self.size: int = self._c.size
@@ -455,18 +463,11 @@ class Comm:
         self._c.close()
 
     @property
-    def kernel_copy(self) -> str:
-        """How this rank's calls move large blocks straight between the ranks' own
-        memory (process_vm_readv/writev): "off" if this rank cannot (a security module,
-        or LOCKSTEP_NO_CMA=1), else "fast" or "slow", the same on every rank: rank 0
-        times the kernel's copy against memcpy at creation, and where it is slow ranks
-        that fit the CPUs use such copies only at the sizes where they still won, and in
-        allreduces from 64 KiB (also with up to 2 ranks per CPU where ranks outnumber
-        the CPUs), allgathers from 16 KiB blocks, all-to-alls of blocks past 160 KiB
-        and 2-rank broadcasts of 16-64 KiB and past 512 KiB when the rank that picks
-        (rank 0; the broadcast's receiver), timing both ways as the job runs, finds
-        them cheaper.
-        LOCKSTEP_KERNEL_COPY=fast or slow on rank 0 decides instead (auto: measure)."""
+    def kernel_copy(self) -> bool:
+        """Whether this rank offers kernel copies (process_vm_readv/writev straight
+        between the ranks' memory) where the route table takes them: False when a
+        security module refused them at creation, or kernel_copy="off" (or
+        LOCKSTEP_KERNEL_COPY=off). A call moves that way only if every rank offers."""
         return self._c.kernel_copy
 
     @property
@@ -513,7 +514,7 @@ def _broadcast(c: _lockstep.Comm, buf: Any, root: Any = 0, order: Any = "linear"
 def _allgather(c: _lockstep.Comm, send: Any, recv: Any = None, order: Any = "linear", xfer: Any = "pull") -> Any:
     if recv is None:
         try:
-            recv = _new_like(send, (c.size,), "allgather")
+            recv = _new_like(send, _RECV_GATHER, c.size, "allgather")
         except (TypeError, ValueError):
             c.refuse()
             raise
@@ -535,7 +536,7 @@ def _allgather(c: _lockstep.Comm, send: Any, recv: Any = None, order: Any = "lin
 def _alltoall(c: _lockstep.Comm, send: Any, recv: Any = None) -> Any:
     if recv is None:
         try:
-            recv = _new_like(send, (), "alltoall")
+            recv = _new_like(send, _RECV_SAME, c.size, "alltoall")
         except (TypeError, ValueError):
             c.refuse()
             raise
@@ -589,9 +590,7 @@ def _rs_recv(send: Any, size: int) -> Any:
     if not tensor and not isinstance(send, _np.ndarray):
         raise TypeError(f"reduce_scatter's send must be a numpy array or a torch CPU tensor, "
                         f"not {type(send).__name__}")
-    shape = tuple(send.shape)
-    shape = (shape[0] // size,) + shape[1:] if shape and shape[0] % size == 0 else \
-        ((send.numel() if tensor else send.size) // size,)
+    shape = _lockstep.recv_shape(tuple(send.shape), _RECV_SCATTER, size)
     if tensor:
         import torch
         return torch.empty(shape, dtype=send.dtype)

@@ -37,16 +37,14 @@ lockstep_barrier_params_t lockstep_barrier_params_default(void)
 
 static lockstep_barrier_kind_t resolve_auto(unsigned n, int need_gather)
 {
-    /* Measured by `lockstep bench threads` on 2 CPUs, interleaved, medians of 9-12:
+    /* Chosen with `lockstep bench threads` (figures: docs/performance.md):
      * - participants outnumber CPUs: CENTRAL. One futex wake on a word that changes
      *   once per episode releases everybody; COUNTER's word changes on every arrival,
-     *   so parked waiters keep re-parking (barrier at 16 threads 9.7 us against 15.4,
-     *   empty region at 4 threads 2.8 against 4.4), and a tree or dissemination wakes
-     *   in rounds that each need a time slice;
-     * - up to 8 that fit: COUNTER. The last arrival is the release (2 threads: barrier
-     *   223 ns against CENTRAL's 350, graph 947 against 1074 ns/node); dissemination
+     *   so parked waiters keep re-parking, and a tree or dissemination wakes in rounds
+     *   that each need a time slice;
+     * - up to 8 that fit: COUNTER. The last arrival is the release; dissemination
      *   loses between graph nodes, where arrivals are staggered and the last arriver
-     *   must also fetch its own flag (1026 against CENTRAL's 912 ns/node);
+     *   must also fetch its own flag;
      * - beyond 8, one counter line becomes the bottleneck: dissemination for full
      *   barriers, the combining tree where a primary must gather. */
     if (n > (unsigned)lockstep_cpus_available())

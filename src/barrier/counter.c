@@ -8,8 +8,7 @@
  * the extra transfer it costs the waiters: the last arriver's add is the only write
  * they must observe. The primary's gather waits for e * n - 1 instead.
  *
- * Two cache misses are kept off the path; at 2 threads an episode went from 210 to
- * 167 ns (interleaved A/B, 5 rounds of `lockstep_bench_threads auto barrier 2 5`):
+ * Two cache misses are kept off the path:
  * - the counter's sleeper count lives on the (otherwise unused) release line, not
  *   next to the counter: the adder's check for sleepers right after its add used to
  *   miss whenever the other thread's add had taken the line in between;

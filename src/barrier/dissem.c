@@ -7,9 +7,7 @@
  * ahead only makes a flag larger, and "reached" (wrap-around >=) still holds. Each
  * flag has one writer and sits on its own line, except with 2 participants: one round,
  * each writes the other's flag, and both flags share participant 0's line, so each
- * write fetches the line with the other's flag in it (see flat.c; 2 threads,
- * `lockstep_bench_threads dissem barrier 2 5`, 3 runs each, alternating: 63-102 ns
- * against 150-153). */
+ * write fetches the line with the other's flag in it (see flat.c). */
 #include "barrier_impl.h"
 
 unsigned ls_dissem_rounds(unsigned n)

@@ -8,12 +8,7 @@
  * With 2 participants the generation word sits in participant 1's slot, on the line
  * of its flag, instead of a line of its own: the two words then pass between the same
  * two threads on one line, and each write fetches the line with the other's latest
- * word in it. Two threads handing a word back and forth (scratch program, 2 CPUs of
- * this VM) took 122-132 ns per round trip on one line against 270-290 on two; 2
- * threads, `lockstep_bench_threads flat barrier 2 5`, median of 5 reps, 3 runs each,
- * alternating: 118-124 ns against 318-404 (libgomp 216-239 in the same session);
- * graph 423-432 against 624-659 ns per node, empty regions 269-296 against 324-370.
- * With more participants the others would poll that line too, and every arrival of
+ * word in it: one line's round trip instead of two. With more participants the others would poll that line too, and every arrival of
  * participant 1 would take it from them: the word keeps its own line there.
  *
  * When waiting means yielding the CPU (no spin: participants outnumber the CPUs, or
@@ -27,11 +22,7 @@
  * whoever publishes episode e saw every flag at e, so no one has arrived at e + 1
  * before its publish, which comes before its own next arrival. A primary that gathers
  * (lockstep_barrier_gather) has not raised its flag, so no one else releases that
- * episode. Against the primary alone, `lockstep_bench_threads flat barrier T 5`, 3
- * runs each, alternating: 4 threads 1537-1563 ns against 1995-2017 (LLVM libomp
- * 1722-1914 in the same session), 8 threads 2314-3738 against 3997-4171 (libomp
- * 5924-6479), 16 threads 5386-5980 against 8769-8838 (libomp 15825-19938). Regions
- * (the pool's fork/join, where the primary gathers) are unchanged. */
+ * episode. Regions (the pool's fork/join, where the primary gathers) are unchanged. */
 #include "barrier_impl.h"
 
 /* the release word: see above */

@@ -28,7 +28,7 @@ static inline int ls_reduce_scatter_args(const void *send, const void *recv, siz
                                          lockstep_op_t op, int rank, int size)
 {
     size_t es = lockstep_dtype_size(dtype);
-    if (!es || (unsigned)op > LOCKSTEP_MIN || (count && (!send || !recv)) || count > SIZE_MAX / es / (size_t)size)
+    if (!es || (unsigned)op > LOCKSTEP_OP_MIN || (count && (!send || !recv)) || count > SIZE_MAX / es / (size_t)size)
         return -EINVAL;
     size_t block = count * es;
     if (block && recv != (const char *)send + (size_t)rank * block &&

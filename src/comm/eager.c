@@ -14,7 +14,7 @@
  *     the call before it), or when an earlier wait saw every rank past it (c->known).
  *     done only moves in eager calls, so that wait is only made when every call since
  *     the entry's last was eager, and so publishes a done. Regular calls keep no count
- *     of their own for this: the tiny allreduce's 0.1 us has no room for it.
+ *     of their own for this: the tiny allreduce has no room for it.
  *   - Other calls write slots and announcements that a rank still in an eager call's
  *     predecessor may be reading, and assume every rank finished the call before them.
  *     So the first other call after an eager one (ls_eager_settle) waits until every

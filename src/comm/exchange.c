@@ -8,8 +8,8 @@
  *
  * Tiny (all of send within LS_INLINE_BYTES): send rides in the announcement, as the
  * tiny allreduce's payload. Small (all of send within exchange_small: the
- * allreduce's switch when the caller set one, else 512 B while ranks fit the CPUs and
- * 8 KiB when they outnumber them; see create in comm.c): copy all of send into
+ * allreduce's switch when the caller set one, else LS_SMALL_FITS_MIN while ranks fit
+ * the CPUs and LS_SMALL_OVERSUBSCRIBED when they outnumber them): copy all of send into
  * small[s & 1] before announcing; then finish block `rank` of every rank's slot, my
  * own block from send. One synchronisation, as the small allreduce.
  *
@@ -22,22 +22,17 @@
  * reading its slot (c->busy), as in the large allreduce.
  *
  * Zero-copy (send and recv in the caller's lockstep_comm_buffer on every rank, blocks
- * of ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
+ * of LS_ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
- * Single copy (all-to-all of blocks of LS_CMA_MIN or more, LS_CMA_MIN_FITS while ranks
- * fit the CPUs, when no rank passed buffers and every rank can reach its peers: cma.c):
- * each rank writes block k of its send straight into rank k's recv with
- * process_vm_writev, and one step ends the call (every recv is complete). Through the
- * slots every block is copied twice (see LS_CMA_MIN for the measurements). */
+ * Kernel copy (all-to-all blocks in LS_KCOPY_ALLTOALL's window, when no rank passed
+ * buffers and every rank offers it: kcopy.c): each rank writes block k of its send
+ * straight into rank k's recv with process_vm_writev, and one step ends the call
+ * (every recv is complete). Through the slots every block is copied twice. */
 #include <errno.h>
 #include <string.h>
 
 #include "comm_impl.h"
-
-/* As the allreduce's while ranks fit the CPUs; unlike the allreduce's, not raised with
- * the ranks per CPU when they outnumber them (not measured for the exchanges) */
-#define ZERO_COPY_MIN 1024
 
 /* Copy piece [off, off + n) of every block but mine into my slot, part d at d * piece */
 struct xchg {
@@ -102,34 +97,21 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
 
     struct ls_zc_offsets zmine = {LS_NO_OFFSET, LS_NO_OFFSET};
     size_t recv_bytes = x->call == LS_CALL_ALLTOALL ? total : bytes;
-    if (bytes >= ZERO_COPY_MIN && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
+    if (bytes >= LS_ZERO_COPY_MIN && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
         zmine.send = ls_buffer_offset(c, send, total);
     int zc_mine = zmine.send != LS_NO_OFFSET;
-    int alltoall = x->call == LS_CALL_ALLTOALL;
-    /* Small calls never read by single copy, so they neither post nor count it (the
+    /* Small calls never move by kernel copy, so they neither post nor count it (the
      * same on every rank, as small is): the post ends in the announcement's second
-     * line, which each peer would fetch. 2 ranks, 64 and 256 B blocks: 0.76-0.81x the
-     * time; 4 ranks, 64 B-2 KiB blocks: 0.84-0.90x (median of 15 and 9 paired batches;
-     * the other order: 1.35-1.44x) */
+     * line, which each peer would fetch. */
     int small = total <= c->hdr->exchange_small;
-    int slow = ls_cma_slow(c);
-    int cma_ok = alltoall && !small && !zc_mine && c->cma;
-    int cma_try = cma_ok && bytes >= (ls_fits(c) && !slow ? LS_CMA_MIN_FITS : LS_CMA_MIN) &&
-                  !(slow && bytes > LS_CMA_MAX_SLOW);
-    int by_slots = !cma_try; /* the way this rank expects the call to go: copy in early */
-    if (cma_ok && slow && bytes > LS_CMA_MAX_SLOW) {
-        /* rank 0 picks (pick.h); the others offer single copy in every such call, and
-         * copy in early as rank 0 last chose for the class (the small allgather's
-         * reasons, gather.c) */
-        int cls = LS_PICK_ALLTOALL + ls_pick_size(bytes, LS_CMA_MAX_SLOW), held;
-        cma_try = ls_pick_offer(c, cls, bytes, 0, &held);
-        by_slots = !held;
-    }
+    static const struct ls_kcopy_window window = LS_KCOPY_ALLTOALL;
+    int alltoall = x->call == LS_CALL_ALLTOALL;
+    int offer = alltoall && !small && !zc_mine && ls_kcopy_offer(c, window, bytes);
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;
     unsigned first = c->busy == 0 ? 1 : 0;
     int may_early = !small && c->busy != LS_BUSY_BOTH;
-    int copied = !zc_mine && by_slots && (small || may_early);
+    int copied = !zc_mine && !offer && (small || may_early);
     if (copied && small)
         memcpy(ls_small(c, me, b), send, total);
     else if (copied)
@@ -137,21 +119,20 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     ls_zc_post(c, zmine.send, zmine.recv);
     int posts = alltoall && !small; /* the same on every rank */
     if (posts) {
-        ls_cma_post(c, cma_try ? send : NULL, recv);
-        ls_cma_post_early(c, copied);
+        ls_kcopy_post(c, offer ? send : NULL, recv);
+        ls_kcopy_post_early(c, copied);
     }
     if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
         return rc;
     int zc = ls_zc_count(c); /* ranks with buffers */
-    int cma = posts ? ls_cma_count(c) : 0; /* ranks that offered single copy */
+    int kcopy = posts ? ls_kcopy_count(c) : 0; /* ranks that offered a kernel copy */
     uint64_t deadline = ls_comm_deadline(c);
-    ls_pick_way(c, zc == 0 && cma == N ? 1 : cma_try ? -1 : ls_pick_slots(c, copied));
 
-    if (zc == 0 && cma == N) { /* single copy: each of my blocks into its rank's recv */
+    if (zc == 0 && kcopy == N) { /* each of my blocks into its rank's recv */
         const char *in_blocks = send;
         for (int i = 1; i < N; i++) {
             int k = (me + i) % N; /* rotated: ranks start on different peers */
-            if ((rc = ls_cma_write(c, k, in_blocks + (size_t)k * bytes, (uint64_t)me * bytes, bytes)) != 0)
+            if ((rc = ls_kcopy_write(c, k, in_blocks + (size_t)k * bytes, (uint64_t)me * bytes, bytes)) != 0)
                 return rc;
         }
         ls_comm_copy(c, (char *)recv + (size_t)me * bytes, mine_in, bytes);
@@ -178,7 +159,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         return 0;
     }
 
-    int early = copied && (posts ? ls_cma_early_peers(c) : zc == 0); /* every rank copied in
+    int early = copied && (posts ? ls_kcopy_early_peers(c) : zc == 0); /* every rank copied in
                                                                          chunk 0 early */
     char *out = recv;
     unsigned j = 0;
@@ -222,7 +203,7 @@ static int alltoall(lockstep_comm_t *c, const void *send, void *recv, size_t byt
         return -EINVAL;
     if (c->size == 1)
         return ls_comm_alone(c, recv, send, bytes);
-    struct xchg x = {LS_CALL_ALLTOALL, LOCKSTEP_F32, LOCKSTEP_SUM, bytes, 1};
+    struct xchg x = {LS_CALL_ALLTOALL, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM, bytes, 1};
     return exchange(c, &x, send, recv);
 }
 

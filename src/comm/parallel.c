@@ -1,14 +1,11 @@
 /* Large-message copies and reductions, split across the communicator's pool (if any).
  * Each block of elements goes to one thread, which reduces it over all ranks in rank
  * order, exactly as the serial path does: the split changes who computes an element,
- * never how, so results are bit-identical with or without a pool. Below PAR_MIN bytes
+ * never how, so results are bit-identical with or without a pool. Below LS_PAR_MIN bytes
  * (or without a pool, or if the pool is busy) the work runs on the calling thread. */
 #include <string.h>
 
 #include "comm_impl.h"
-
-#define PAR_MIN (256 * 1024)  /* below this, waking the pool costs more than it saves */
-#define PAR_BLOCK (64 * 1024) /* bytes per parallel_for index */
 
 struct par_copy {
     char *dst;
@@ -20,7 +17,7 @@ static void copy_range(void *p, int64_t begin, int64_t end, int ith)
 {
     (void)ith;
     struct par_copy *a = p;
-    size_t lo = (size_t)begin * PAR_BLOCK, hi = (size_t)end * PAR_BLOCK;
+    size_t lo = (size_t)begin * LS_PAR_BLOCK, hi = (size_t)end * LS_PAR_BLOCK;
     if (hi > a->n)
         hi = a->n;
     memcpy(a->dst + lo, a->src + lo, hi - lo);
@@ -28,9 +25,9 @@ static void copy_range(void *p, int64_t begin, int64_t end, int ith)
 
 void ls_comm_copy(lockstep_comm_t *c, void *dst, const void *src, size_t n)
 {
-    if (c->pool && n >= PAR_MIN) {
+    if (c->pool && n >= LS_PAR_MIN) {
         struct par_copy a = {dst, src, n};
-        int64_t blocks = (int64_t)((n + PAR_BLOCK - 1) / PAR_BLOCK);
+        int64_t blocks = (int64_t)((n + LS_PAR_BLOCK - 1) / LS_PAR_BLOCK);
         if (lockstep_pool_parallel_for(c->pool, blocks, 0, LOCKSTEP_SCHEDULE_STATIC, copy_range, &a) == 0)
             return;
     }
@@ -67,8 +64,8 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
                     int nalso, const void *const *in, int nin, size_t count)
 {
     size_t es = lockstep_dtype_size(dt);
-    if (c->pool && count * es >= PAR_MIN) {
-        struct par_reduce a = {dt, op, out, also, in, nalso, nin, count, es, PAR_BLOCK / es};
+    if (c->pool && count * es >= LS_PAR_MIN) {
+        struct par_reduce a = {dt, op, out, also, in, nalso, nin, count, es, LS_PAR_BLOCK / es};
         int64_t blocks = (int64_t)((count + a.per_block - 1) / a.per_block);
         if (lockstep_pool_parallel_for(c->pool, blocks, 0, LOCKSTEP_SCHEDULE_STATIC, reduce_range, &a) == 0)
             return;

@@ -13,9 +13,8 @@
  * (avx512, avx2 or base), so that every set can be tested on one machine.
  *
  * Left out on purpose:
- *   - f16 on 512-bit vectors (vcvtph2ps zmm): on AMD Zen 4, which splits them into two
- *     256-bit halves, the pair was 0.083-0.085 ns per element against F16C's
- *     0.075-0.078, and accumulate the same, from 1 K to 512 K elements;
+ *   - f16 on 512-bit vectors (vcvtph2ps zmm): CPUs that split them into two 256-bit
+ *     halves (AMD Zen 4) run them no faster than F16C's;
  *   - AVX512-BF16's vcvtneps2bf16 for bf16's rounding: it flushes denormal inputs and
  *     results to zero, so its bits would differ from the other sets' (and between ranks
  *     whose LOCKSTEP_ISA differs). */
@@ -64,9 +63,9 @@
     attr static void f32_combine_##suffix(float *out, const float *a, const float *b, size_t n,  \
                                           lockstep_op_t op)                                      \
     {                                                                                            \
-        if (op == LOCKSTEP_SUM)                                                                  \
+        if (op == LOCKSTEP_OP_SUM)                                                                  \
             LS_COMBINE_LOOP(LS_OP_SUM(a[i], b[i]));                                              \
-        else if (op == LOCKSTEP_MAX)                                                             \
+        else if (op == LOCKSTEP_OP_MAX)                                                             \
             LS_COMBINE_LOOP(LS_OP_MAX(a[i], b[i]));                                              \
         else                                                                                     \
             LS_COMBINE_LOOP(LS_OP_MIN(a[i], b[i]));                                              \
@@ -74,9 +73,9 @@
     attr static void i32_combine_##suffix(int32_t *out, const int32_t *a, const int32_t *b,      \
                                           size_t n, lockstep_op_t op)                            \
     {                                                                                            \
-        if (op == LOCKSTEP_SUM) /* wrap-around, as the hardware does; no UB */                   \
+        if (op == LOCKSTEP_OP_SUM) /* wrap-around, as the hardware does; no UB */                   \
             LS_COMBINE_LOOP(LS_OP_SUM_I32(a[i], b[i]));                                          \
-        else if (op == LOCKSTEP_MAX)                                                             \
+        else if (op == LOCKSTEP_OP_MAX)                                                             \
             LS_COMBINE_LOOP(LS_OP_MAX(a[i], b[i]));                                              \
         else                                                                                     \
             LS_COMBINE_LOOP(LS_OP_MIN(a[i], b[i]));                                              \
@@ -162,13 +161,9 @@ static inline uint16_t bf16_narrow1(float f)
  * combined into it as it is widened (accumulate), and the last one is combined and
  * the result rounded straight into out (last); with two inputs there is no
  * accumulator at all (pair). Loops without calls, so that bf16's vectorise like the
- * combines; f16 uses F16C where the CPU has it. Against converting one element per
- * call, widening every input into a second buffer and combining from there (both
- * libraries alternating in the same processes, allreduce, 64 B to 4 MiB): bf16
- * 0.07-0.54x the time at 2 ranks, 0.17-0.84x at 4; f16 0.44-0.96x at 2 ranks. Of
- * that, first and last against a separate widen and narrow pass: 4 ranks, f16
- * 0.86-0.97x, bf16 0.95-1.0x. out may be any input: every input of an element is
- * read before it is written. */
+ * combines; f16 uses F16C where the CPU has it. Both beat converting one element per
+ * call, or widening every input into a second buffer first. out may be any input:
+ * every input of an element is read before it is written. */
 struct half_kernels {
     void (*first)(float *acc, const uint16_t *x, const uint16_t *y, size_t n, lockstep_op_t op);
     void (*accumulate)(float *acc, const uint16_t *x, size_t n, lockstep_op_t op);
@@ -185,9 +180,9 @@ struct half_kernels {
     vec for (size_t i = 0; i < n; i++) out[i] = narrow1(expr)
 #define LS_HALF_BY_OP(to, narrow1, vec, a, b)                                                    \
     do {                                                                                         \
-        if (op == LOCKSTEP_SUM)                                                                  \
+        if (op == LOCKSTEP_OP_SUM)                                                                  \
             to(narrow1, vec, LS_OP_SUM(a, b));                                                   \
-        else if (op == LOCKSTEP_MAX)                                                             \
+        else if (op == LOCKSTEP_OP_MAX)                                                             \
             to(narrow1, vec, LS_OP_MAX(a, b));                                                   \
         else                                                                                     \
             to(narrow1, vec, LS_OP_MIN(a, b));                                                   \
@@ -218,7 +213,7 @@ LS_HALF_BODIES(bf16_base, , bf16_widen1, bf16_narrow1, LS_NO_OVERLAP_CHECK)
 #if defined(__x86_64__)
 LS_HALF_BODIES(bf16_avx2, __attribute__((target("avx2"))), bf16_widen1, bf16_narrow1, LS_NO_OVERLAP_CHECK)
 /* BW and VL: 16-bit lanes and EVEX on 256-bit vectors (a narrowing move instead of
- * pack and permute): bf16 pair in L1 0.2 against 0.3 ns per element with avx512f alone */
+ * pack and permute), faster than avx512f alone for the bf16 pair */
 #define LS_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 LS_HALF_BODIES(bf16_avx512, LS_AVX512BW, bf16_widen1, bf16_narrow1, LS_NO_OVERLAP_CHECK)
 
@@ -238,7 +233,7 @@ LS_F16C static inline void f16c_store(uint16_t *out, __m256 v)
  * NaN, so with a second they are LS_OP_MAX and LS_OP_MIN */
 LS_F16C static inline __m256 f16c_op(__m256 a, __m256 v, lockstep_op_t op)
 {
-    return op == LOCKSTEP_SUM ? _mm256_add_ps(a, v) : op == LOCKSTEP_MAX ? _mm256_max_ps(v, a) : _mm256_min_ps(v, a);
+    return op == LOCKSTEP_OP_SUM ? _mm256_add_ps(a, v) : op == LOCKSTEP_OP_MAX ? _mm256_max_ps(v, a) : _mm256_min_ps(v, a);
 }
 
 LS_F16C static void f16_f16c_first(float *acc, const uint16_t *x, const uint16_t *y, size_t n, lockstep_op_t op)
@@ -290,7 +285,8 @@ struct kernels {
 /* The widest kernels LOCKSTEP_ISA allows: ISA_AVX512 when it is unset or empty, -1
  * (and *bad = the value) for anything but the three names, in any case. */
 enum { ISA_BASE, ISA_AVX2, ISA_AVX512 };
-static const char *const isa_names[] = {"base", "avx2", "avx512"};
+static const char *const isa_names[] = {"base", "avx2", "avx512"}; /* lockstep_isa_t */
+_Static_assert(LOCKSTEP_ISA_BASE == 0 && LOCKSTEP_ISA_AVX2 == 1 && LOCKSTEP_ISA_AVX512 == 2, "isa_names");
 
 int ls_isa_cap(const char **bad)
 {
@@ -364,21 +360,22 @@ static const struct kernels *kernels(void)
     return &k_table;
 }
 
-const char *lockstep_reduce_isa(void)
+int lockstep_reduce_isa(void)
 {
     int rc = ls_reduce_ready();
-    if (rc) {
-        errno = -rc;
-        return NULL;
-    }
-    return isa_names[__atomic_load_n(&k_isa, __ATOMIC_RELAXED)];
+    return rc ? rc : __atomic_load_n(&k_isa, __ATOMIC_RELAXED);
+}
+
+const char *lockstep_isa_name(lockstep_isa_t isa)
+{
+    return (unsigned)isa <= LOCKSTEP_ISA_AVX512 ? isa_names[isa] : NULL;
 }
 
 /* out = a op b over n f32 or i32 elements; out may be a or b itself */
 static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, void *out, const void *a,
                                  const void *b, size_t n, lockstep_op_t op)
 {
-    if (dt == LOCKSTEP_F32)
+    if (dt == LOCKSTEP_DTYPE_F32)
         kt->f32(out, a, b, n, op);
     else
         kt->i32(out, a, b, n, op);
@@ -421,9 +418,9 @@ static inline void combine_words(const struct kernels *kt, lockstep_dtype_t dt, 
     } while (0)
 static int few_bf16(lockstep_op_t op, void *out, const void *const *in, int nin, size_t n)
 {
-    if (op == LOCKSTEP_SUM)
+    if (op == LOCKSTEP_OP_SUM)
         LS_FEW_BF16(LS_OP_SUM);
-    if (op == LOCKSTEP_MAX)
+    if (op == LOCKSTEP_OP_MAX)
         LS_FEW_BF16(LS_OP_MAX);
     LS_FEW_BF16(LS_OP_MIN);
 }
@@ -432,27 +429,23 @@ int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *
 {
     if (nin < 2)
         return -1; /* one input: ls_reduce's copy */
-    if (dt == LOCKSTEP_BF16)
+    if (dt == LOCKSTEP_DTYPE_BF16)
         return n <= LS_FEW_HALVES ? few_bf16(op, out, in, nin, n) : -1;
-    if (n > LS_FEW_WORDS || (dt != LOCKSTEP_F32 && dt != LOCKSTEP_I32))
-        return -1; /* f16 too: its scalar conversions lose to F16C's vectors (2 ranks,
-                    * 100 B: 2.3x the time of the kernel table's pair) */
-    if (dt == LOCKSTEP_F32 && op == LOCKSTEP_SUM)
+    if (n > LS_FEW_WORDS || (dt != LOCKSTEP_DTYPE_F32 && dt != LOCKSTEP_DTYPE_I32))
+        return -1; /* f16 too: its scalar conversions lose to F16C's vectors */
+    if (dt == LOCKSTEP_DTYPE_F32 && op == LOCKSTEP_OP_SUM)
         LS_FEW(float, LS_OP_SUM);
-    if (dt == LOCKSTEP_F32 && op == LOCKSTEP_MAX)
+    if (dt == LOCKSTEP_DTYPE_F32 && op == LOCKSTEP_OP_MAX)
         LS_FEW(float, LS_OP_MAX);
-    if (dt == LOCKSTEP_F32)
+    if (dt == LOCKSTEP_DTYPE_F32)
         LS_FEW(float, LS_OP_MIN);
-    if (op == LOCKSTEP_SUM)
+    if (op == LOCKSTEP_OP_SUM)
         LS_FEW(int32_t, LS_OP_SUM_I32);
-    if (op == LOCKSTEP_MAX)
+    if (op == LOCKSTEP_OP_MAX)
         LS_FEW(int32_t, LS_OP_MAX);
     LS_FEW(int32_t, LS_OP_MIN);
 }
 
-#define HALF_BLOCK 1024
-
-#define WORD_BLOCK 2048 /* f32/i32 elements per block: 8 KiB of out, well inside L1 */
 
 void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *also, int nalso,
                const void *const *in, int nin, size_t count)
@@ -468,7 +461,7 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
                 memcpy(also[k], out, bytes);
         return;
     }
-    if (dt == LOCKSTEP_F32 || dt == LOCKSTEP_I32) {
+    if (dt == LOCKSTEP_DTYPE_F32 || dt == LOCKSTEP_DTYPE_I32) {
         /* Blockwise, so that the block of out stays in L1 while every input is combined
          * into it: memory sees each input read once and out written once, instead of
          * out being re-read and re-written once per input. */
@@ -477,9 +470,9 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
         for (int k = 1; k < nin; k++)
             if (in[k] == out)
                 alias = k;
-        uint32_t part[WORD_BLOCK]; /* inputs 0 .. alias - 1 combined, when alias >= 2 */
-        for (size_t off = 0; off < count; off += WORD_BLOCK) {
-            size_t n = count - off < WORD_BLOCK ? count - off : WORD_BLOCK;
+        uint32_t part[LS_WORD_BLOCK]; /* inputs 0 .. alias - 1 combined, when alias >= 2 */
+        for (size_t off = 0; off < count; off += LS_WORD_BLOCK) {
+            size_t n = count - off < LS_WORD_BLOCK ? count - off : LS_WORD_BLOCK;
             char *o = (char *)out + off * 4;
             const char *blk[LOCKSTEP_COMM_MAX_RANKS];
             for (int k = 0; k < nin; k++)
@@ -503,10 +496,10 @@ void ls_reduce(lockstep_dtype_t dt, lockstep_op_t op, void *out, void *const *al
     }
     /* f16, bf16: every input of a block is read before out's block is written (see
      * half_kernels), so out and also[k] may be inputs too */
-    const struct half_kernels *h = dt == LOCKSTEP_F16 ? &kernels()->f16 : &kernels()->bf16;
-    float acc[HALF_BLOCK];
-    for (size_t off = 0; off < count; off += HALF_BLOCK) {
-        size_t n = count - off < HALF_BLOCK ? count - off : HALF_BLOCK;
+    const struct half_kernels *h = dt == LOCKSTEP_DTYPE_F16 ? &kernels()->f16 : &kernels()->bf16;
+    float acc[LS_HALF_BLOCK];
+    for (size_t off = 0; off < count; off += LS_HALF_BLOCK) {
+        size_t n = count - off < LS_HALF_BLOCK ? count - off : LS_HALF_BLOCK;
         const uint16_t *x = (const uint16_t *)in[0] + off, *y = (const uint16_t *)in[1] + off;
         uint16_t *o = (uint16_t *)out + off;
         if (nin == 2) {
@@ -526,7 +519,7 @@ int lockstep_reduce(lockstep_dtype_t dtype, lockstep_op_t op, void *out, const v
                     size_t count)
 {
     size_t es = lockstep_dtype_size(dtype);
-    if (!es || (unsigned)op > LOCKSTEP_MIN || count > SIZE_MAX / es || (count && (!out || !a || !b)))
+    if (!es || (unsigned)op > LOCKSTEP_OP_MIN || count > SIZE_MAX / es || (count && (!out || !a || !b)))
         return -EINVAL;
     size_t n = count * es;
     if ((a != out && ls_overlap(a, out, n)) || (b != out && ls_overlap(b, out, n)))

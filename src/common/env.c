@@ -1,4 +1,4 @@
-/* The library's environment switches (LOCKSTEP_NO_CMA, LOCKSTEP_NO_SPREAD, ...). */
+/* The library's environment switches (LOCKSTEP_NO_SPREAD, LOCKSTEP_NO_MEMBARRIER, ...). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -16,23 +16,9 @@
  * 5. each chunk: read (direct I/O; when it is refused, buffered from the same offset
  *    on, for every thread), deliver, check, count progress (which may cancel).
  *
- * The defaults, measured on the 2-vCPU VM this was written on (virtio disk,
- * max_segments 254; cold 2 GiB file; GB/s, noisy to +-15 %):
- * - direct reads into 4 KiB-page buffers: 0.8-0.9 GB/s whatever the request size or
- *   depth (1-64 in flight, 64 KiB-16 MiB): a request of scattered pages is split at
- *   254 segments. Into huge-page buffers: 1.3-1.8 GB/s. Hence huge-page regions and
- *   staging buffers;
- * - request size 2-16 MiB and 1-4 readers all within the noise once buffers are huge
- *   pages (1 x 4 MiB: 1.1-1.6; 2 x 4 MiB: 1.3-1.8; 4 x 4 MiB: 1.3-1.5): 2 x 4 MiB;
- * - reading into fresh memory, the page faults (zeroing, 0.2 CPU-s/GB) sit on the
- *   reads' critical path: 1.1-1.3 GB/s; with one thread pre-faulting ahead,
- *   1.45-1.55, the same as into reused buffers;
- * - buffered reads of a cold file: 1.1-1.4 GB/s at 0.45-0.6 CPU-s/GB (the 8 MiB
- *   read-ahead keeps the disk busy, the copy costs the CPU).
- * Reader threads, not io_uring: fio's io_uring engine (4 MiB O_DIRECT reads into
- * hugetlb buffers, queue depth 2, 4 and 8) read the cold 2 GiB GGUF at 1.25-1.5 GB/s
- * in the same minutes that two synchronous reader threads read it at 1.45-1.75; with
- * 4 KiB-page buffers, 0.97-1.15. The depth is not what limits this disk.
+ * The defaults (huge-page buffers, 2 readers of 4 MiB requests, one thread pre-faulting
+ * ahead, reader threads rather than io_uring, whose depth did not help) were chosen by
+ * `lockstep bench load`; its figures are in docs/performance.md.
  *
  * Test hook: LOCKSTEP_LOAD_REFUSE_DIRECT_AT=<offset> makes direct reads at or past
  * that file offset fail as a file system that refuses them would (EINVAL). */
@@ -51,387 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lockstep/pool.h"
-#include "load_impl.h"
-#include "sink_cuda.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-#define MAX_READERS 64
-#define HUGE_PAGE (2u << 20)
-#define STAGED_GAP (64u << 10) /* small gaps inside a staged chunk are read through */
-#define WARM_FRACTION 0.9
-
-struct lockstep_loaded {
-    lockstep_model_t *model;
-    void **data;                 /* per tensor of the model */
-    unsigned char *region;       /* host region: allocated, or the model's mapping */
-    size_t region_len;
-    void *region_map;            /* what to munmap (region rounded to a huge page) */
-    size_t region_map_len;
-    void *device;                /* CUDA allocation */
-    lockstep_load_stats_t stats;
-};
-
-struct chunk { uint64_t start, end; uint32_t first, n; }; /* file range; its pieces */
-struct piece { uint32_t tensor; uint64_t rel, len; };     /* staged: part of a tensor */
-
-struct job {
-    lockstep_loaded_t *l;
-    const lockstep_load_params_t *p;
-    const lockstep_tensor_info_t *t;   /* the model's tensor table */
-    size_t *sel, n_sel;                /* selected tensor indices, by file offset */
-    int fd_direct, fd_buf;             /* fd_direct < 0: no direct reads */
-    uint64_t align, file_size, base_off, refuse_direct_at;
-    int in_place, alias, cuda, n_readers;
-    struct chunk *chunks;
-    size_t n_chunks;
-    struct piece *pieces;
-    size_t n_pieces;
-    size_t stage_bytes;
-    unsigned char *stage[MAX_READERS][LS_CUDA_RING];
-    _Atomic uint64_t *remaining;       /* in place: bytes of each selected tensor not read */
-    atomic_size_t next;                /* next chunk to claim */
-    atomic_int failed;                 /* first error, or 0 */
-    atomic_int direct_refused;
-    _Atomic uint64_t fallback_at;
-    pthread_mutex_t mu;                /* progress calls, one at a time */
-    uint64_t done, total;
-    lockstep_load_error_t *err;
-};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_now(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-static uint64_t align_down(uint64_t x, uint64_t a) { return x - x % a; }
-static uint64_t align_up(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }
-
-/* Record the first error of the load; later ones are dropped. */
-__attribute__((format(printf, 4, 5)))
-static int fail(struct job *j, int code, uint64_t offset, const char *fmt, ...)
-{
-    int zero = 0;
-    if (atomic_compare_exchange_strong(&j->failed, &zero, code) && j->err) {
-        j->err->code = code;
-        j->err->offset = offset;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(j->err->message, sizeof j->err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static int bad_value(struct job *j, const lockstep_tensor_info_t *t, uint64_t rel)
-{
-    return fail(j, -LOCKSTEP_EBADFILE, t->offset + rel,
-                "tensor \"%s\" (%s) holds a NaN or Inf %s at byte %llu of the tensor", t->name,
-                t->type_name, ls_check_unit(t->type_name) > 8 ? "block scale" : "value",
-                (unsigned long long)rel);
-}
-
-/* ---- reading ----------------------------------------------------------------------- */
-
-/* Read file bytes [off, off + len) into buf (len may run past the end of the file,
- * whose bytes are left alone). Direct while allowed: off, len and buf are aligned
- * then. A refused direct read (EINVAL) switches every thread to buffered reads and
- * this one continues at the same offset. */
-static int read_range(struct job *j, unsigned char *buf, uint64_t off, uint64_t len)
-{
-    uint64_t end = off + len < j->file_size ? off + len : j->file_size;
-    uint64_t got = 0;
-    while (off + got < end) {
-        int direct = j->fd_direct >= 0 && !atomic_load_explicit(&j->direct_refused, memory_order_relaxed);
-        ssize_t r;
-        if (direct && off + got >= j->refuse_direct_at) {
-            r = -1;
-            errno = EINVAL;
-        } else if (direct) {
-            r = pread(j->fd_direct, buf + got, (size_t)(len - got), (off_t)(off + got));
-        } else {
-            r = pread(j->fd_buf, buf + got, (size_t)(end - off - got), (off_t)(off + got));
-        }
-        if (r < 0) {
-            int e = errno;
-            if (e == EINTR)
-                continue;
-            if (direct && e == EINVAL) {
-                uint64_t at = off + got, cur = atomic_load(&j->fallback_at);
-                while (at < cur && !atomic_compare_exchange_weak(&j->fallback_at, &cur, at)) {
-                }
-                atomic_store(&j->direct_refused, 1);
-                continue;
-            }
-            return fail(j, -e, off + got, "reading %llu bytes at offset %llu: %s",
-                        (unsigned long long)(end - off - got), (unsigned long long)(off + got),
-                        strerror(e));
-        }
-        if (r == 0)
-            return fail(j, -EIO, off + got, "the file ended at %llu, before the tensor data "
-                        "(was it truncated while loading?)", (unsigned long long)(off + got));
-        got += (uint64_t)r;
-    }
-    return 0;
-}
-
-/* Count delivered bytes; call progress, which may cancel. */
-static void progress(struct job *j, uint64_t bytes)
-{
-    pthread_mutex_lock(&j->mu);
-    j->done += bytes;
-    if (j->p->progress && j->p->progress(j->p->progress_arg, j->done, j->total) != 0)
-        fail(j, -ECANCELED, 0, "the progress callback cancelled the load at %llu of %llu bytes",
-             (unsigned long long)j->done, (unsigned long long)j->total);
-    pthread_mutex_unlock(&j->mu);
-}
-
-static size_t claim(struct job *j)
-{
-    if (atomic_load_explicit(&j->failed, memory_order_relaxed))
-        return SIZE_MAX;
-    size_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    return c < j->n_chunks ? c : SIZE_MAX;
-}
-
-/* ---- in place ------------------------------------------------------------------------ */
-
-/* After chunk [s, e) landed: credit each selected tensor it overlaps; the thread that
- * completes a tensor checks it (while the other readers go on reading). */
-static uint64_t credit(struct job *j, uint64_t s, uint64_t e)
-{
-    size_t lo = 0, hi = j->n_sel; /* first selected tensor ending after s */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const lockstep_tensor_info_t *t = &j->t[j->sel[mid]];
-        if (t->offset + t->size <= s)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    uint64_t bytes = 0;
-    for (size_t k = lo; k < j->n_sel && j->t[j->sel[k]].offset < e; k++) {
-        const lockstep_tensor_info_t *t = &j->t[j->sel[k]];
-        uint64_t a = t->offset > s ? t->offset : s, b = t->offset + t->size < e ? t->offset + t->size : e;
-        if (b <= a)
-            continue;
-        bytes += b - a;
-        if (j->p->check && atomic_fetch_sub(&j->remaining[k], b - a) == b - a) {
-            uint64_t where;
-            if (ls_check_bytes(t->type_name, j->l->data[j->sel[k]], t->size, &where))
-                bad_value(j, t, where);
-        }
-    }
-    return bytes;
-}
-
-static void run_in_place(struct job *j, int ith)
-{
-    unsigned char *region = j->l->region;
-    if (ith == j->n_readers) { /* the pre-faulter: keep ahead of the readers */
-        for (size_t c = 0; c < j->n_chunks && !atomic_load(&j->failed); c++) {
-            size_t claimed = atomic_load_explicit(&j->next, memory_order_relaxed);
-            if (c < claimed)
-                c = claimed; /* readers got there first: jump ahead */
-            if (c >= j->n_chunks)
-                break;
-            const struct chunk *ch = &j->chunks[c];
-            if (madvise(region + (ch->start - j->base_off), ch->end - ch->start, MADV_POPULATE_WRITE) != 0)
-                break; /* not supported (or no memory): the reads fault pages themselves */
-        }
-        return;
-    }
-    for (size_t c; (c = claim(j)) != SIZE_MAX;) {
-        const struct chunk *ch = &j->chunks[c];
-        unsigned char *at = region + (ch->start - j->base_off);
-        if (j->alias) { /* map the file's pages: the reads happen in the page faults */
-            uint64_t end = ch->end < j->file_size ? ch->end : j->file_size;
-            if (madvise(at, end - ch->start, MADV_POPULATE_READ) != 0) {
-                if (errno != EINVAL) { /* EFAULT: the file shrank under us; touching would SIGBUS */
-                    fail(j, errno == ENOMEM ? -ENOMEM : -EIO, ch->start, "cannot map bytes %llu..%llu "
-                         "of the file (was it truncated while loading?)", (unsigned long long)ch->start,
-                         (unsigned long long)end);
-                    return;
-                }
-                volatile const unsigned char *v = at; /* kernels before 5.14 */
-                unsigned char sum = 0;
-                for (uint64_t k = 0; k < end - ch->start; k += 4096)
-                    sum ^= v[k];
-                (void)sum;
-            }
-        } else if (read_range(j, at, ch->start, ch->end - ch->start)) {
-            return;
-        }
-        progress(j, credit(j, ch->start, ch->end));
-    }
-}
-
-/* ---- staged ---------------------------------------------------------------------------- */
-
-static void run_staged(struct job *j, int ith)
-{
-    struct ls_cuda_lane lane;
-    int b = 0;
-    if (j->cuda && ls_cuda_lane_init(&lane, j->p->device) != 0) {
-        fail(j, -EIO, 0, "CUDA: cannot create a stream and events on device %d", j->p->device);
-        ls_cuda_lane_finish(&lane);
-        return;
-    }
-    /* buffered to host memory: read straight into the destination, no staging */
-    int straight = !j->cuda && j->fd_direct < 0;
-    for (size_t c; (c = claim(j)) != SIZE_MAX;) {
-        const struct chunk *ch = &j->chunks[c];
-        uint64_t bytes = 0;
-        if (straight) {
-            for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
-                const struct piece *pc = &j->pieces[k];
-                const lockstep_tensor_info_t *t = &j->t[pc->tensor];
-                unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->rel;
-                uint64_t where;
-                if (read_range(j, dst, t->offset + pc->rel, pc->len))
-                    goto out;
-                if (j->p->check && ls_check_bytes(t->type_name, dst, pc->len, &where)) {
-                    bad_value(j, t, pc->rel + where);
-                    goto out;
-                }
-                bytes += pc->len;
-            }
-            progress(j, bytes);
-            continue;
-        }
-        if (j->cuda && ls_cuda_lane_wait(&lane, b)) {
-            fail(j, -EIO, ch->start, "CUDA: a host-to-device copy failed");
-            break;
-        }
-        uint64_t rs = align_down(ch->start, j->align), re = align_up(ch->end, j->align);
-        unsigned char *buf = j->stage[ith][b];
-        if (read_range(j, buf, rs, re - rs))
-            break;
-        for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
-            const struct piece *pc = &j->pieces[k];
-            const lockstep_tensor_info_t *t = &j->t[pc->tensor];
-            const unsigned char *src = buf + (t->offset + pc->rel - rs);
-            unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->rel;
-            uint64_t where;
-            if (j->p->check && ls_check_bytes(t->type_name, src, pc->len, &where)) {
-                bad_value(j, t, pc->rel + where);
-                goto out;
-            }
-            if (!j->cuda)
-                memcpy(dst, src, pc->len);
-            else if (pc->len && ls_cuda_lane_copy(&lane, dst, src, pc->len)) {
-                fail(j, -EIO, t->offset + pc->rel, "CUDA: cannot queue a copy of tensor \"%s\"", t->name);
-                goto out;
-            }
-            bytes += pc->len;
-        }
-        if (j->cuda) {
-            if (ls_cuda_lane_mark(&lane, b)) {
-                fail(j, -EIO, ch->start, "CUDA: cannot record an event");
-                break;
-            }
-            b ^= 1;
-        }
-        progress(j, bytes);
-    }
-out:
-    if (j->cuda && ls_cuda_lane_finish(&lane))
-        fail(j, -EIO, 0, "CUDA: a host-to-device copy failed");
-}
-
-static void worker(void *arg, int ith, int nth)
-{
-    (void)nth;
-    struct job *j = arg;
-    if (j->in_place)
-        run_in_place(j, ith);
-    else
-        run_staged(j, ith);
-}
-
-/* ---- planning ------------------------------------------------------------------------ */
-
-/* In place: aligned chunks over the extents of the selection (a gap longer than a
- * chunk starts a new extent; chunk >= 2 * align, so aligned extents never overlap). */
-static int plan_in_place(struct job *j, uint64_t chunk)
-{
-    for (int pass = 0; pass < 2; pass++) {
-        size_t n = 0;
-        for (size_t k = 0; k < j->n_sel;) {
-            uint64_t s = j->t[j->sel[k]].offset, e = s + j->t[j->sel[k]].size;
-            for (k++; k < j->n_sel && j->t[j->sel[k]].offset - e <= chunk; k++) {
-                uint64_t e2 = j->t[j->sel[k]].offset + j->t[j->sel[k]].size;
-                e = e2 > e ? e2 : e;
-            }
-            if (e == s)
-                continue; /* empty tensors only */
-            for (uint64_t x = align_down(s, j->align), b = align_up(e, j->align); x < b; x += chunk) {
-                if (pass == 1)
-                    j->chunks[n] = (struct chunk){x, x + chunk < b ? x + chunk : b, 0, 0};
-                n++;
-            }
-        }
-        if (pass == 0) {
-            if (n && !(j->chunks = calloc(n, sizeof *j->chunks)))
-                return -ENOMEM;
-        }
-        j->n_chunks = n;
-    }
-    return 0;
-}
-
-/* Staged: whole tensors packed into chunks, big tensors cut into pieces whose length
- * is a multiple of their element/block size. */
-static int plan_staged(struct job *j, uint64_t chunk)
-{
-    /* A tensor yields at most size / step + 1 pieces, step >= chunk / 2 (a block is
-     * at most 292 bytes, a chunk at least 2 x 512); every chunk holds at least one
-     * piece, so one bound serves both arrays. */
-    size_t max = 1;
-    for (size_t k = 0; k < j->n_sel; k++)
-        max += j->t[j->sel[k]].size / (chunk / 2) + 1;
-    j->chunks = calloc(max, sizeof *j->chunks);
-    j->pieces = calloc(max, sizeof *j->pieces);
-    if (!j->chunks || !j->pieces)
-        return -ENOMEM;
-    struct chunk *cur = NULL;
-    for (size_t k = 0; k < j->n_sel; k++) {
-        const lockstep_tensor_info_t *t = &j->t[j->sel[k]];
-        if (t->size == 0)
-            continue;
-        if (cur && t->offset - cur->end <= STAGED_GAP && t->offset + t->size - cur->start <= chunk) {
-            j->pieces[j->n_pieces++] = (struct piece){(uint32_t)j->sel[k], 0, t->size};
-            cur->n++;
-            cur->end = t->offset + t->size;
-            continue;
-        }
-        uint64_t unit = ls_check_unit(t->type_name);
-        uint64_t step = t->size <= chunk ? t->size : chunk / unit * unit;
-        for (uint64_t rel = 0; rel < t->size; rel += step) {
-            uint64_t len = t->size - rel < step ? t->size - rel : step;
-            cur = &j->chunks[j->n_chunks++];
-            *cur = (struct chunk){t->offset + rel, t->offset + rel + len, (uint32_t)j->n_pieces, 1};
-            j->pieces[j->n_pieces++] = (struct piece){(uint32_t)j->sel[k], rel, len};
-        }
-    }
-    return 0;
-}
+#include "pipeline.h"
 
 /* ---- setting up ------------------------------------------------------------------------ */
 
@@ -549,13 +155,13 @@ static int run_job(struct job *j)
     chunk = align_up(chunk, j->align);
     if (chunk < 2 * j->align)
         chunk = 2 * j->align;
-    int rc = j->in_place ? plan_in_place(j, chunk) : plan_staged(j, chunk);
+    int rc = j->in_place ? ls_load_plan_in_place(j, chunk) : ls_load_plan_staged(j, chunk);
     if (rc)
-        return fail(j, rc, 0, "out of memory planning the reads");
+        return ls_load_fail(j, rc, 0, "out of memory planning the reads");
     if (j->in_place && p->check) {
         j->remaining = calloc(j->n_sel ? j->n_sel : 1, sizeof *j->remaining);
         if (!j->remaining)
-            return fail(j, -ENOMEM, 0, "out of memory");
+            return ls_load_fail(j, -ENOMEM, 0, "out of memory");
         for (size_t k = 0; k < j->n_sel; k++) {
             const lockstep_tensor_info_t *t = &j->t[j->sel[k]];
             atomic_init(&j->remaining[k], t->size);
@@ -576,9 +182,9 @@ static int run_job(struct job *j)
     for (int r = 0; staging && r < readers && !rc; r++)
         for (int b = 0; b < ring && !rc; b++) {
             if (!(j->stage[r][b] = map_huge(j->stage_bytes, &maps[r][b], &map_lens[r][b])))
-                rc = fail(j, -ENOMEM, 0, "out of memory for staging buffers");
+                rc = ls_load_fail(j, -ENOMEM, 0, "out of memory for staging buffers");
             else if (j->cuda && ls_cuda_pin(j->stage[r][b], j->stage_bytes) != 0)
-                rc = fail(j, -EIO, 0, "CUDA: cannot pin a staging buffer");
+                rc = ls_load_fail(j, -EIO, 0, "CUDA: cannot pin a staging buffer");
             else
                 pinned[r][b] = j->cuda;
         }
@@ -588,9 +194,9 @@ static int run_job(struct job *j)
         pp.wait_policy = LOCKSTEP_WAIT_PASSIVE; /* readers sleep in read(2), not on us */
         lockstep_pool_t *pool = lockstep_pool_create(&pp);
         if (!pool)
-            rc = fail(j, -errno, 0, "cannot start %d reader threads: %s", pp.n_threads, strerror(errno));
+            rc = ls_load_fail(j, -errno, 0, "cannot start %d reader threads: %s", pp.n_threads, strerror(errno));
         else {
-            lockstep_pool_run(pool, worker, j);
+            lockstep_pool_run(pool, ls_load_worker, j);
             lockstep_pool_free(pool);
             rc = atomic_load(&j->failed);
         }
@@ -608,7 +214,7 @@ static int run_job(struct job *j)
 lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t *params,
                                  lockstep_load_error_t *err)
 {
-    double t0 = now(), c0 = cpu_now();
+    double t0 = ls_load_now(), c0 = ls_load_cpu_now();
     lockstep_load_error_t scratch;
     if (!err)
         err = &scratch;
@@ -779,8 +385,8 @@ out:
         return give_up(l, err);
     l->stats.direct_fallback = atomic_load(&j.direct_refused);
     l->stats.fallback_offset = l->stats.direct_fallback ? atomic_load(&j.fallback_at) : 0;
-    l->stats.seconds = now() - t0;
-    l->stats.cpu_seconds = cpu_now() - c0;
+    l->stats.seconds = ls_load_now() - t0;
+    l->stats.cpu_seconds = ls_load_cpu_now() - c0;
     return l;
 }
 
@@ -816,3 +422,4 @@ int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out
     *out = l->stats;
     return 0;
 }
+

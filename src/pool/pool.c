@@ -115,12 +115,10 @@ static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
 /* Unpinned workers (PLACE_NONE) start each on a CPU of its own: the allowed CPUs in
  * turn from the caller's, wrapping, so that they begin spread, and then take back the
  * caller's CPU set (worker_main). Left to the scheduler, a new thread often began on
- * its creator's CPU and stayed there while the other was idle: 2 threads on 2 CPUs,
- * a spinning barrier took 45-50 us per episode instead of 0.1 for the first 10-30 ms
- * of the pool, in most runs (in `lockstep bench threads`, whose processes each make a
- * pool, 2 to 3 of 10 processes stayed that slow for all their 100 ms: the median of a
- * run once came out at 20 us). Nothing moves afterwards; LOCKSTEP_NO_SPREAD=1 (as for
- * the collectives, comm.h) or one allowed CPU leaves the start to the scheduler. */
+ * its creator's CPU and stayed there while the other was idle, and a spinning barrier
+ * then took hundreds of times its usual time until the scheduler moved it. Nothing
+ * moves afterwards; LOCKSTEP_NO_SPREAD=1 or one allowed CPU leaves the start to the
+ * scheduler. */
 static void start_cpus(lockstep_pool_t *pool)
 {
     for (int i = 0; i < pool->n; i++)

@@ -28,10 +28,10 @@ TEST_UNTRACED static void fill(void *buf, lockstep_dtype_t dt, size_t count, int
         if (i % 61 == (size_t)rank * 7 % 61)
             f = __builtin_nanf("");
         switch (dt) {
-        case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
-        case LOCKSTEP_I32: ((int32_t *)buf)[i] = (int32_t)rnd(); break;
-        case LOCKSTEP_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
-        case LOCKSTEP_BF16: { uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+        case LOCKSTEP_DTYPE_F32: ((float *)buf)[i] = f; break;
+        case LOCKSTEP_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)rnd(); break;
+        case LOCKSTEP_DTYPE_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
+        case LOCKSTEP_DTYPE_BF16: { uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
         }
     }
 }
@@ -39,7 +39,7 @@ TEST_UNTRACED static void fill(void *buf, lockstep_dtype_t dt, size_t count, int
 TEST_UNTRACED static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
 {
     uint16_t h = ((const uint16_t *)buf)[i];
-    if (dt == LOCKSTEP_F16)
+    if (dt == LOCKSTEP_DTYPE_F16)
         return test_half_to_float(h);
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -49,7 +49,7 @@ TEST_UNTRACED static float widen(lockstep_dtype_t dt, const void *buf, size_t i)
 
 TEST_UNTRACED static uint16_t narrow(lockstep_dtype_t dt, float f)
 {
-    if (dt == LOCKSTEP_F16)
+    if (dt == LOCKSTEP_DTYPE_F16)
         return test_half_from_float(f);
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -59,12 +59,12 @@ TEST_UNTRACED static uint16_t narrow(lockstep_dtype_t dt, float f)
 
 TEST_UNTRACED static float combine_f(lockstep_op_t op, float acc, float v)
 {
-    return op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+    return op == LOCKSTEP_OP_SUM ? acc + v : op == LOCKSTEP_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
 }
 
 TEST_UNTRACED static int32_t combine_i(lockstep_op_t op, int32_t acc, int32_t v)
 {
-    return op == LOCKSTEP_SUM ? (int32_t)((uint32_t)acc + (uint32_t)v) : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+    return op == LOCKSTEP_OP_SUM ? (int32_t)((uint32_t)acc + (uint32_t)v) : op == LOCKSTEP_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
 }
 
 /* ref = op over ranks, in rank order, f16/bf16 accumulated in f32 */
@@ -78,17 +78,17 @@ TEST_UNTRACED static void reference(void *ref, lockstep_dtype_t dt, lockstep_op_
     for (int r = 0; r < size; r++) {
         fill(tmp, dt, count, r, cs);
         for (size_t i = 0; i < count; i++) {
-            if (dt == LOCKSTEP_I32) {
+            if (dt == LOCKSTEP_DTYPE_I32) {
                 int32_t v = ((int32_t *)tmp)[i];
                 ((int32_t *)ref)[i] = r ? combine_i(op, ((int32_t *)ref)[i], v) : v;
             } else {
-                float v = dt == LOCKSTEP_F32 ? ((float *)tmp)[i] : widen(dt, tmp, i);
+                float v = dt == LOCKSTEP_DTYPE_F32 ? ((float *)tmp)[i] : widen(dt, tmp, i);
                 acc[i] = r ? combine_f(op, acc[i], v) : v;
             }
         }
     }
-    for (size_t i = 0; i < count && dt != LOCKSTEP_I32; i++) {
-        if (dt == LOCKSTEP_F32)
+    for (size_t i = 0; i < count && dt != LOCKSTEP_DTYPE_I32; i++) {
+        if (dt == LOCKSTEP_DTYPE_F32)
             ((float *)ref)[i] = acc[i];
         else
             ((uint16_t *)ref)[i] = narrow(dt, acc[i]);
@@ -110,10 +110,9 @@ static int check_equal(const char *what, const void *got, const void *want, size
 }
 
 static int use_pool; /* argv[2] == "pool": large messages split across 2 threads */
-/* argv[2] == "mixed": rank 1 stays out of the asymmetric fences and the single copies
- * (LOCKSTEP_NO_MEMBARRIER, LOCKSTEP_NO_CMA), so every rank must keep the full fences,
- * and large calls go through the slots, the other ranks copying in late (with 2 ranks
- * on 2 CPUs: the single-copy allreduce runs only while ranks fit the CPUs) */
+/* argv[2] == "mixed": rank 1 stays out of the asymmetric fences and the kernel copies
+ * (LOCKSTEP_NO_MEMBARRIER, LOCKSTEP_KERNEL_COPY=off), so every rank must keep the full
+ * fences, and large calls go through the slots, the other ranks copying in late */
 static int mixed;
 
 TEST_UNTRACED static unsigned char gbyte(size_t i, int r, unsigned cs) /* not periodic in 4 KiB pages */
@@ -158,7 +157,7 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
     int32_t v[3001];
     CHECK(priv != NULL);
     unsigned cs = 0;
-    for (int xfer = LOCKSTEP_PULL; xfer <= LOCKSTEP_PUSH; xfer++)
+    for (int xfer = LOCKSTEP_XFER_PULL; xfer <= LOCKSTEP_XFER_PUSH; xfer++)
         for (unsigned si = 0; si < sizeof bsizes / sizeof bsizes[0]; si++)
             for (int mode = 0; mode < 4; mode++, cs++) { /* 0 all, 1 root, 2 receivers, 3 even ranks */
                 size_t n = bsizes[si];
@@ -188,12 +187,12 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                 if (mode == 3) { /* the copying path between: it shares the step words */
                     for (int i = 0; i < 3001; i++)
                         v[i] = i + rank;
-                    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 3001, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+                    CHECK_EQ(lockstep_comm_allreduce(c, v, v, 3001, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
                     for (int i = 0; i < 3001; i++)
                         CHECK_EQ(v[i], size * i + size * (size - 1) / 2);
                 }
             }
-    for (int xfer = LOCKSTEP_PULL; xfer <= LOCKSTEP_PUSH; xfer++)
+    for (int xfer = LOCKSTEP_XFER_PULL; xfer <= LOCKSTEP_XFER_PUSH; xfer++)
         for (unsigned si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++)
             for (int mode = 0; mode < 5; mode++, cs++) { /* 0 all, 1 all in place, 2 sends, 3 recvs, 4 even ranks */
                 size_t n = gsizes[si], total = n * (size_t)size;
@@ -240,8 +239,8 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
     int bad = 0;
     unsigned cs = 7000;
     static const size_t counts[] = {0, 1, 7, 26, 300, 4097, 70001};
-    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
-        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+    for (int dt = LOCKSTEP_DTYPE_F32; dt <= LOCKSTEP_DTYPE_I32; dt++)
+        for (int op = LOCKSTEP_OP_SUM; op <= LOCKSTEP_OP_MIN; op++)
             for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++)
                 for (int mode = 0; mode < 4; mode++) {
                     size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt), bytes = count * es;
@@ -269,10 +268,9 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
                     free(ref);
                 }
     /* all-to-all: privately, in the buffer (zero-copy from 1 KiB blocks), mixed; block
-     * sizes on every path, 300001 chunked, odd; 32768 and 40001 at single copy's lower
-     * edge where ranks outnumber the CPUs (LS_CMA_MIN). 300001 privately 3 times more
-     * (modes 3-5): where kernel copies are slow, rank 0 picks its way, the first calls
-     * alternating between the slots and single copy (pick.h), so both run. */
+     * sizes on every path, 300001 chunked, odd; 32768 and 40001 at the kernel copy's
+     * lower edge (LS_KCOPY_ALLTOALL), 300001 past its upper one while ranks fit the CPUs.
+     * 300001 privately 3 times more (modes 3-5), after calls of other kinds. */
     static const size_t blocks[] = {0, 1, 13, 25, 100, 4097, 32768, 40001, 70001, 300001};
     for (unsigned bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
         for (int mode = 0; mode < (blocks[bi] == 300001 ? 6 : 3); mode++) {
@@ -309,11 +307,11 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
 
     /* bad arguments: overlap other than in place, NULL, bad dtype */
     float v[16] = {0};
-    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_comm_reduce_scatter(c, NULL, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_comm_reduce_scatter(NULL, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, SIZE_MAX / 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v + 1, 2, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, NULL, v, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, 1, (lockstep_dtype_t)9, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(NULL, v, v, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, v, v, SIZE_MAX / 2, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
 
     /* between a chunked broadcast and a chunked allreduce, i32 sums with known values */
     size_t n = 100003, bn = 300000;
@@ -325,17 +323,17 @@ static int exchange_checks(lockstep_comm_t *c, int rank, int size, char *buf, si
             put_bytes(bc, bn, 0, 400 + (unsigned)round);
         else
             memset(bc, 0, bn);
-        CHECK_EQ(lockstep_comm_broadcast(c, bc, bn, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+        CHECK_EQ(lockstep_comm_broadcast(c, bc, bn, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
         CHECK_EQ(first_wrong(bc, bn, 0, 400 + (unsigned)round), bn);
         for (size_t i = 0; i < n * (size_t)size; i++)
             in[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
-        CHECK_EQ(lockstep_comm_reduce_scatter(c, in, out, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        CHECK_EQ(lockstep_comm_reduce_scatter(c, in, out, n, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
         for (size_t i = 0; i < n; i++) {
             size_t g = (size_t)rank * n + i; /* the element's place in send */
             CHECK_EQ(out[i], (int32_t)(g * (size_t)(size * (size + 1) / 2) + (size_t)(round * size)));
             ar[i] = (int32_t)(i + (size_t)rank);
         }
-        CHECK_EQ(lockstep_comm_allreduce(c, ar, ar, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        CHECK_EQ(lockstep_comm_allreduce(c, ar, ar, n, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
         for (size_t i = 0; i < n; i++)
             CHECK_EQ(ar[i], (int32_t)(i * (size_t)size + (size_t)(size * (size - 1) / 2)));
     }
@@ -368,8 +366,8 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
      * runs anyway; 1000: zero-copy instead of the small path; 4097 and up: instead of
      * the chunked path; 300007 is odd, and split unevenly between ranks */
     static const size_t counts[] = {300, 1000, 4097, 16387, 300007};
-    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
-        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+    for (int dt = LOCKSTEP_DTYPE_F32; dt <= LOCKSTEP_DTYPE_I32; dt++)
+        for (int op = LOCKSTEP_OP_SUM; op <= LOCKSTEP_OP_MIN; op++)
             for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++)
                 for (int mode = 0; mode < 3; mode++) { /* 0 in place, 1 out of place, 2 some ranks copy */
                     size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt), bytes = count * es;
@@ -413,7 +411,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
                 put_bytes(bc, 200000, 0, 500 + (unsigned)round);
             else
                 memset(bc, 0, 200000);
-            CHECK_EQ(lockstep_comm_broadcast(c, bc, 200000, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+            CHECK_EQ(lockstep_comm_broadcast(c, bc, 200000, 0, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
             size_t w = first_wrong(bc, 200000, 0, 500 + (unsigned)round);
             if (w < 200000) {
                 fprintf(stderr, "rank %d: broadcast in round %d: byte %zu wrong\n", rank, round, w);
@@ -426,7 +424,7 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
             v[i] = (int32_t)(i * (size_t)(rank + 1) + (size_t)round);
             want[i] = (int32_t)(i * (size_t)(size * (size + 1) / 2) + (size_t)(round * size));
         }
-        CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
         if (memcmp(v, want, n * 4) != 0) {
             fprintf(stderr, "rank %d: round %d (kind %d) of mixed paths: wrong sum\n", rank, round, kind);
             return 1;
@@ -451,8 +449,8 @@ static int zero_copy(int rank, int size, const char *job, lockstep_pool_t *pool,
         }
         if (rank % 2)
             CHECK_EQ(madvise(grecv, gb * (size_t)size, MADV_DONTNEED), 0);
-        CHECK_EQ(lockstep_comm_allgather(c, gsend, grecv, gb, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
-        CHECK_EQ(lockstep_comm_allreduce(c, mine, mine, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+        CHECK_EQ(lockstep_comm_allgather(c, gsend, grecv, gb, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
+        CHECK_EQ(lockstep_comm_allreduce(c, mine, mine, n, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
         CHECK(memcmp(mine, want, n * 4) == 0);
         for (int k = 0; k < size; k++) {
             size_t w = first_wrong(grecv + (size_t)k * gb, gb, k, cs + round);
@@ -484,7 +482,7 @@ static int body(int rank, int size, const char *job)
     lockstep_pool_t *pool = NULL;
     if (mixed && rank == 1) {
         CHECK_EQ(setenv("LOCKSTEP_NO_MEMBARRIER", "1", 1), 0);
-        CHECK_EQ(setenv("LOCKSTEP_NO_CMA", "1", 1), 0);
+        CHECK_EQ(setenv("LOCKSTEP_KERNEL_COPY", "off", 1), 0);
     }
     if (use_pool) {
         lockstep_pool_params_t pp = lockstep_pool_params_default();
@@ -506,14 +504,12 @@ static int body(int rank, int size, const char *job)
     unsigned cs = 0;
     /* 25/26 (4-byte types) and 50/51 (2-byte): either side of the 100-byte payload that
      * rides in the announcement; 16387 f32 = just over the 64 KiB small slot; 300007 =
-     * chunked, odd; 70001: 4-byte types by single copy between 2 ranks that fit the CPUs
-     * (from 256 KiB), 2-byte ones through the slots (below 512 KiB); with more ranks
-     * than CPUs, up to 2 per CPU (3 and 4 ranks on 2 CPUs), 70001 and 300007 go the way
-     * rank 0 picks, the first calls of each size class alternating (pick.h), so that
-     * both ways run here; 16 Mi = 64 MiB */
+     * chunked, odd; with LOCKSTEP_KERNEL_COPY=wide between ranks that fit the CPUs,
+     * 300007 4-byte elements by kernel copy (from 256 KiB), 2-byte ones through the
+     * slots (below 512 KiB) */
     static const size_t counts[] = {0, 1, 7, 25, 26, 50, 51, 1000, 16383, 16387, 300007, 70001};
-    for (int dt = LOCKSTEP_F32; dt <= LOCKSTEP_I32; dt++)
-        for (int op = LOCKSTEP_SUM; op <= LOCKSTEP_MIN; op++)
+    for (int dt = LOCKSTEP_DTYPE_F32; dt <= LOCKSTEP_DTYPE_I32; dt++)
+        for (int op = LOCKSTEP_OP_SUM; op <= LOCKSTEP_OP_MIN; op++)
             for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++, cs++) {
                 size_t count = counts[ci], es = lockstep_dtype_size((lockstep_dtype_t)dt);
                 char *send = malloc(count * es + 1), *recv = malloc(count * es + 1), *ref = malloc(count * es + 1);
@@ -537,18 +533,18 @@ static int body(int rank, int size, const char *job)
     if (size == 1) { /* alone, a call is the identity: bits kept, even a signalling NaN's,
                       * which any reduction (f16 widened to f32) would quiet */
         uint16_t h[3] = {0x7d01, 0x3c00, 0xfc00}, o[3] = {0, 0, 0};
-        CHECK_EQ(lockstep_comm_allreduce(c, h, o, 3, LOCKSTEP_F16, LOCKSTEP_MAX), 0);
+        CHECK_EQ(lockstep_comm_allreduce(c, h, o, 3, LOCKSTEP_DTYPE_F16, LOCKSTEP_OP_MAX), 0);
         CHECK(memcmp(o, h, sizeof h) == 0);
-        CHECK_EQ(lockstep_comm_allreduce(c, h, h, 3, LOCKSTEP_BF16, LOCKSTEP_SUM), 0);
+        CHECK_EQ(lockstep_comm_allreduce(c, h, h, 3, LOCKSTEP_DTYPE_BF16, LOCKSTEP_OP_SUM), 0);
         CHECK(h[0] == 0x7d01 && h[1] == 0x3c00 && h[2] == 0xfc00);
     }
     if (size <= 4) { /* one 64 MiB f32 sum (16 Mi elements); bounded for oversubscribed runs */
         size_t count = (size_t)16 << 20;
         float *buf = malloc(count * 4), *ref = malloc(count * 4);
         CHECK(buf && ref);
-        fill(buf, LOCKSTEP_F32, count, rank, 999);
-        reference(ref, LOCKSTEP_F32, LOCKSTEP_SUM, count, size, 999);
-        CHECK_EQ(lockstep_comm_allreduce(c, buf, buf, count, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+        fill(buf, LOCKSTEP_DTYPE_F32, count, rank, 999);
+        reference(ref, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM, count, size, 999);
+        CHECK_EQ(lockstep_comm_allreduce(c, buf, buf, count, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
         bad |= check_equal("64 MiB allreduce", buf, ref, count * 4, rank);
         page->digest[rank][63] = digest(buf, count * 4);
         free(buf);
@@ -557,19 +553,15 @@ static int body(int rank, int size, const char *job)
 
     /* broadcast and allgather: every order, push and pull, small and chunked */
     /* up to 100 B (LS_INLINE_BYTES) in the announcement, 64 B on its second line alone;
-     * 256 KiB: the switch; from 1 MiB, while ranks fit the CPUs, an allgather moves
-     * blocks straight between the ranks' memory (single copy), in place (odd index) and
-     * not, and so does a broadcast between 2 ranks from 64 KiB to 512 KiB (65536,
-     * 131075 and 262144 on the small path, 524288 past it) and from 2 MiB (2621441);
-     * from 16 KiB on the small path (65536 both ways, 131075 and 262144 PULL) and,
-     * where kernel copies are slow, past it, allgathers take single copy or the slots
-     * as rank 0 picks, the first calls of a size class alternating (pick.h), so that
-     * both ways run here, and so do 2-rank broadcasts of 1048576, and of 40001 on the
-     * small path (the receiver picks; the roots take turns) */
+     * 256 KiB: the switch; within LS_KCOPY_ALLGATHER_PUSH's window (262145) a PUSH
+     * allgather moves blocks by kernel copy, in place (odd index) and not, and so does
+     * a broadcast between 2 ranks from 64 KiB to 512 KiB (65536, 131075 and 262144 on
+     * the small path, 524288 past it); past the windows (1048576, 2621441) only with
+     * LOCKSTEP_KERNEL_COPY=wide; 40001 just below the broadcast's window */
     static const size_t sizes[] = {0,      1,      13,     64,      100,     101,    65536,
                                    131075, 262144, 262145, 524288, 2621441, 1048576, 40001};
     for (int order = 0; order <= LOCKSTEP_ORDER_TOPOLOGY; order++)
-        for (int xfer = 0; xfer <= LOCKSTEP_PUSH; xfer++)
+        for (int xfer = 0; xfer <= LOCKSTEP_XFER_PUSH; xfer++)
             for (unsigned si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
                 size_t n = sizes[si];
                 int root = (int)(si + (unsigned)order) % size;
@@ -621,7 +613,7 @@ static int body(int rank, int size, const char *job)
     CHECK(tw != NULL);
     for (int round = 0; round < 2 * size; round++) {
         int root = round % size;
-        lockstep_xfer_t xfer = round / size ? LOCKSTEP_PUSH : LOCKSTEP_PULL;
+        lockstep_xfer_t xfer = round / size ? LOCKSTEP_XFER_PUSH : LOCKSTEP_XFER_PULL;
         put_bytes(tw, tn, round, 600); /* differs per piece */
         /* receivers copy into fresh pages, a fault per piece, so the root runs ahead
          * and must wait for them before it reuses a piece */
@@ -635,7 +627,7 @@ static int body(int rank, int size, const char *job)
         if (round & 1) {
             for (int i = 0; i < 3001; i++)
                 tv[i] = i + rank * round;
-            CHECK_EQ(lockstep_comm_allreduce(t, tv, tr, 3001, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+            CHECK_EQ(lockstep_comm_allreduce(t, tv, tr, 3001, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
             for (int i = 0; i < 3001; i++)
                 if (tr[i] != size * i + round * size * (size - 1) / 2) {
                     fprintf(stderr, "rank %d: allreduce after a broadcast: element %d is %d\n", rank, i, (int)tr[i]);

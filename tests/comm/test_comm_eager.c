@@ -80,7 +80,7 @@ static int values_body(int rank, int size, const char *job)
             size_t n = i % 12 == 1 ? BIG / 4 : 5;
             for (size_t k = 0; k < n; k++)
                 v[k] = rank + (int32_t)k;
-            CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_I32, LOCKSTEP_SUM), 0);
+            CHECK_EQ(lockstep_comm_allreduce(c, v, v, n, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
             int32_t ranks = size * (size - 1) / 2;
             for (size_t k = 0; k < n; k += n / 5 + 1)
                 CHECK_EQ(v[k], ranks + size * (int32_t)k);
@@ -93,14 +93,14 @@ static int values_body(int rank, int size, const char *job)
                     b[k] = pattern(i, k);
             else
                 memset(b, 0, n);
-            CHECK_EQ(lockstep_comm_broadcast(c, b, n, root, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+            CHECK_EQ(lockstep_comm_broadcast(c, b, n, root, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
             if (check_bytes(b, i, n, rank, "regular"))
                 return 1;
             break;
         }
         case 4: { /* allgather */
             memset(b, rank + i, 256);
-            CHECK_EQ(lockstep_comm_allgather(c, b, g, 256, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PUSH), 0);
+            CHECK_EQ(lockstep_comm_allgather(c, b, g, 256, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PUSH), 0);
             for (int r = 0; r < size; r++)
                 for (size_t k = 0; k < 256; k++)
                     CHECK_EQ(g[(size_t)r * 256 + k], (unsigned char)(r + i));
@@ -135,12 +135,12 @@ static int mismatch_body(int rank, int size, const char *job)
     int odd = rank == 2, rc;
     /* a few good calls first, so the failing one is not the first */
     for (int i = 0; i < 20; i++)
-        CHECK_EQ(lockstep_comm_broadcast(c, b, 16, i % 3, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_PULL), 0);
+        CHECK_EQ(lockstep_comm_broadcast(c, b, 16, i % 3, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
     switch (mismatch_case) {
-    case 0: rc = lockstep_comm_broadcast(c, b, odd ? 17 : 16, 0, 0, LOCKSTEP_PULL); break;
-    case 1: rc = lockstep_comm_broadcast(c, b, 16, 0, 0, odd ? LOCKSTEP_PUSH : LOCKSTEP_PULL); break;
+    case 0: rc = lockstep_comm_broadcast(c, b, odd ? 17 : 16, 0, 0, LOCKSTEP_XFER_PULL); break;
+    case 1: rc = lockstep_comm_broadcast(c, b, 16, 0, 0, odd ? LOCKSTEP_XFER_PUSH : LOCKSTEP_XFER_PULL); break;
     case 2:
-        rc = odd ? lockstep_comm_allreduce(c, b, b, 4, LOCKSTEP_F32, LOCKSTEP_SUM)
+        rc = odd ? lockstep_comm_allreduce(c, b, b, 4, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM)
                  : lockstep_comm_broadcast(c, b, 16, 0, 0, 0);
         break;
     case 3: rc = odd ? lockstep_comm_barrier(c) : lockstep_comm_broadcast(c, b, 16, 0, 0, 0); break;
@@ -206,7 +206,7 @@ static int death_body(int rank, int size, const char *job)
         }
         break;
     }
-    CHECK_EQ(lockstep_comm_allreduce(c, b, b, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -LOCKSTEP_EPEERDIED);
+    CHECK_EQ(lockstep_comm_allreduce(c, b, b, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -LOCKSTEP_EPEERDIED);
     lockstep_comm_free(c);
     return 0;
 }

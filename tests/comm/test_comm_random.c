@@ -278,13 +278,13 @@ static int mismatched(struct call *k, const struct setting *s, int size)
     case 2: /* another dtype of the same size: f32 and i32, f16 and bf16 swap */
         if (k->kind != K_ALLREDUCE && k->kind != K_REDUCE_SCATTER)
             return 0;
-        k->dt = (lockstep_dtype_t[]){LOCKSTEP_I32, LOCKSTEP_BF16, LOCKSTEP_F16, LOCKSTEP_F32}[k->dt];
+        k->dt = (lockstep_dtype_t[]){LOCKSTEP_DTYPE_I32, LOCKSTEP_DTYPE_BF16, LOCKSTEP_DTYPE_F16, LOCKSTEP_DTYPE_F32}[k->dt];
         break;
     default: /* a barrier instead, or an allreduce instead of a barrier */
         if (k->kind == K_BARRIER) {
             k->kind = K_ALLREDUCE;
             k->n = 4;
-            k->dt = LOCKSTEP_F32;
+            k->dt = LOCKSTEP_DTYPE_F32;
         } else {
             k->kind = K_BARRIER;
         }
@@ -325,10 +325,10 @@ static unsigned char byte(int call, int rank, size_t i) /* not periodic in 4 KiB
 static void put(lockstep_dtype_t dt, void *buf, size_t i, int v)
 {
     switch (dt) {
-    case LOCKSTEP_F32: ((float *)buf)[i] = (float)v; break;
-    case LOCKSTEP_I32: ((int32_t *)buf)[i] = v; break;
-    case LOCKSTEP_F16: ((uint16_t *)buf)[i] = test_half_from_float((float)v); break;
-    case LOCKSTEP_BF16: {
+    case LOCKSTEP_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case LOCKSTEP_DTYPE_I32: ((int32_t *)buf)[i] = v; break;
+    case LOCKSTEP_DTYPE_F16: ((uint16_t *)buf)[i] = test_half_from_float((float)v); break;
+    case LOCKSTEP_DTYPE_BF16: {
         float f = (float)v;
         uint32_t u;
         memcpy(&u, &f, 4);
@@ -343,7 +343,7 @@ static int reduced(lockstep_op_t op, int call, int size, size_t i)
     int acc = value(call, 0, i);
     for (int r = 1; r < size; r++) {
         int v = value(call, r, i);
-        acc = op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+        acc = op == LOCKSTEP_OP_SUM ? acc + v : op == LOCKSTEP_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
     }
     return acc;
 }
@@ -533,7 +533,7 @@ static int make_call(comm_t *c, const struct call *k, const struct place *p, int
         return CALL(allgather)(c, p->send, p->recv, k->n, p->order, invalid ? (lockstep_xfer_t)3 : k->xfer);
 #endif
     default: /* a barrier cannot be invalid: the refuser calls an invalid allreduce */
-        return invalid ? CALL(allreduce)(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_SUM) : CALL(barrier)(c);
+        return invalid ? CALL(allreduce)(c, p->r, p->r, 1, (lockstep_dtype_t)7, LOCKSTEP_OP_SUM) : CALL(barrier)(c);
     }
 }
 
@@ -561,20 +561,16 @@ static comm_t *make_comm(const struct setting *s, int gen, int rank, int size, c
     p.wait_policy = s->passive ? LOCKSTEP_WAIT_PASSIVE : LOCKSTEP_WAIT_DEFAULT;
     if (g_cancel && rank == g_victim)
         p.cancel = cancel_asked;
-    /* now and then a rank stays out of the single copies or the asymmetric fences,
-     * which then stay off for every rank */
+    /* now and then a rank stays out of the asymmetric fences, which then stay off for
+     * every rank; each rank's kernel copies off, within the table's windows or wide:
+     * a call moves by kernel copy only where every rank's setting allows */
     struct rng r = rng_for(g_seed, ((uint64_t)gen << 32) | 3u, (uint64_t)rank);
-    if (below(&r, 5) == 0)
-        setenv("LOCKSTEP_NO_CMA", "1", 1);
-    else
-        unsetenv("LOCKSTEP_NO_CMA");
     if (below(&r, 5) == 0)
         setenv("LOCKSTEP_NO_MEMBARRIER", "1", 1);
     else
         unsetenv("LOCKSTEP_NO_MEMBARRIER");
-    /* rank 0's choice of single copies holds for all (lockstep_comm_kernel_copy) */
-    static const char *const kernel_copy[] = {"fast", "slow", NULL};
-    const char *kc = kernel_copy[below(&r, 3)];
+    static const char *const kernel_copy[] = {"off", "wide", NULL, NULL, NULL};
+    const char *kc = kernel_copy[below(&r, 5)];
     if (kc)
         setenv("LOCKSTEP_KERNEL_COPY", kc, 1);
     else
@@ -712,7 +708,7 @@ static int rank_body(int rank, int size, const char *job)
         }
         if (g_kill && !bad) { /* the death (or cancel) reaches every survivor, and stays */
             CHECK_EQ(CALL(barrier)(c), fatal);
-            CHECK_EQ(CALL(allreduce)(c, m.heap_r, m.heap_r, 1, LOCKSTEP_F32, LOCKSTEP_SUM), fatal);
+            CHECK_EQ(CALL(allreduce)(c, m.heap_r, m.heap_r, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), fatal);
             comm_free(c);
             lockstep_pool_free(pool);
             gen++;

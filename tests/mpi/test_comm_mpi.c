@@ -35,10 +35,10 @@ static void store(lockstep_dtype_t dt, void *buf, size_t i, int v)
     uint32_t bits;
     memcpy(&bits, &f, 4);
     switch (dt) {
-    case LOCKSTEP_F32: ((float *)buf)[i] = f; break;
-    case LOCKSTEP_I32: ((int32_t *)buf)[i] = v; break;
-    case LOCKSTEP_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break; /* exact for small ints */
-    case LOCKSTEP_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
+    case LOCKSTEP_DTYPE_F32: ((float *)buf)[i] = f; break;
+    case LOCKSTEP_DTYPE_I32: ((int32_t *)buf)[i] = v; break;
+    case LOCKSTEP_DTYPE_BF16: ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); break; /* exact for small ints */
+    case LOCKSTEP_DTYPE_F16: ((uint16_t *)buf)[i] = test_half_from_float(f); break;
     }
 }
 
@@ -52,7 +52,7 @@ static void check_allreduce(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, lockste
         int acc = value(0, i);
         for (int r = 1; r < N; r++) {
             int v = value(r, i);
-            acc = op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+            acc = op == LOCKSTEP_OP_SUM ? acc + v : op == LOCKSTEP_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
         }
         store(dt, send, i, value(R, i));
         store(dt, want, i, acc);
@@ -85,14 +85,14 @@ static void check_identical(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, size_t 
         x ^= x >> 7;
         x ^= x << 17;
         float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        if (dt == LOCKSTEP_F32) {
+        if (dt == LOCKSTEP_DTYPE_F32) {
             ((float *)(void *)buf)[i] = f;
         } else {
             uint16_t h = test_half_from_float(f);
             memcpy(buf + i, &h, 2);
         }
     }
-    CHECK_EQ(lockstep_mpi_allreduce(c, buf, buf, count, dt, LOCKSTEP_SUM), 0);
+    CHECK_EQ(lockstep_mpi_allreduce(c, buf, buf, count, dt, LOCKSTEP_OP_SUM), 0);
     memcpy(ref, buf, count * es);
     CHECK_EQ(MPI_Bcast(ref, (int)(count * es), MPI_BYTE, 0, MPI_COMM_WORLD), MPI_SUCCESS);
     CHECK(memcmp(ref, buf, count * es) == 0);
@@ -149,7 +149,7 @@ static void check_reduce_scatter(lockstep_mpi_comm_t *c, lockstep_dtype_t dt, lo
         int acc = value(0, at);
         for (int r = 1; r < N; r++) {
             int v = value(r, at);
-            acc = op == LOCKSTEP_SUM ? acc + v : op == LOCKSTEP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+            acc = op == LOCKSTEP_OP_SUM ? acc + v : op == LOCKSTEP_OP_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
         }
         store(dt, want, i, acc);
     }
@@ -208,9 +208,9 @@ static void check_all(lockstep_mpi_comm_t *c, size_t most)
                 for (int ip = 0; ip < 2; ip++)
                     check_reduce_scatter(c, (lockstep_dtype_t)dt, (lockstep_op_t)op, rs_counts[k], ip);
     if (most >= 70000)
-        check_reduce_scatter(c, LOCKSTEP_F32, LOCKSTEP_SUM, 70000, 0);
-    check_identical(c, LOCKSTEP_F32, most < 100000 ? most : 100000);
-    check_identical(c, LOCKSTEP_F16, most < 3001 ? most : 3001);
+        check_reduce_scatter(c, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM, 70000, 0);
+    check_identical(c, LOCKSTEP_DTYPE_F32, most < 100000 ? most : 100000);
+    check_identical(c, LOCKSTEP_DTYPE_F16, most < 3001 ? most : 3001);
     static const size_t sizes[] = {0, 1, 100, 4096, 300000};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes && sizes[k] <= most; k++) {
         for (int root = 0; root < N; root++)
@@ -291,22 +291,22 @@ int main(int argc, char **argv)
 
     /* bad arguments: -EINVAL, and the communicator still works after them */
     float f = 1;
-    CHECK_EQ(lockstep_mpi_allreduce(NULL, &f, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_mpi_allreduce(c, &f, NULL, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(NULL, &f, &f, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_allreduce(c, &f, NULL, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
     float two[3];
-    CHECK_EQ(lockstep_mpi_allreduce(c, two, two + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL); /* overlap */
+    CHECK_EQ(lockstep_mpi_allreduce(c, two, two + 1, 2, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL); /* overlap */
     CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, N), -EINVAL);
     CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
     CHECK_EQ(lockstep_mpi_allgather(c, NULL, &f, 4), -EINVAL);
     CHECK_EQ(lockstep_mpi_barrier(NULL), -EINVAL);
     float w[64] = {0};
-    CHECK_EQ(lockstep_mpi_reduce_scatter(NULL, w, w, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, 1, LOCKSTEP_F32, (lockstep_op_t)3), -EINVAL);
-    CHECK_EQ(lockstep_mpi_reduce_scatter(c, NULL, w, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w + 1, 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL); /* not block R */
-    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, SIZE_MAX / 2, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(NULL, w, w, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, 1, LOCKSTEP_DTYPE_F32, (lockstep_op_t)3), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, NULL, w, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w + 1, 2, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL); /* not block R */
+    CHECK_EQ(lockstep_mpi_reduce_scatter(c, w, w, SIZE_MAX / 2, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
     CHECK_EQ(lockstep_mpi_alltoall(NULL, w, w + 32, 1), -EINVAL);
     CHECK_EQ(lockstep_mpi_alltoall(c, NULL, w, 1), -EINVAL);
     CHECK_EQ(lockstep_mpi_alltoall(c, w, w, 1), -EINVAL); /* overlap */
@@ -315,12 +315,12 @@ int main(int argc, char **argv)
     if (want_nodes == 1 && N > 1) {
         /* one rank's bad arguments, found by the node's call (the dtype) or by this
          * layer (the root): the call is void, ends at once, and the communicator goes on */
-        int rc = lockstep_mpi_allreduce(c, &f, &f, 1, R == 1 ? (lockstep_dtype_t)9 : LOCKSTEP_F32, LOCKSTEP_SUM);
+        int rc = lockstep_mpi_allreduce(c, &f, &f, 1, R == 1 ? (lockstep_dtype_t)9 : LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM);
         CHECK_EQ(rc, R == 1 ? -EINVAL : -LOCKSTEP_EPEERINVAL);
         rc = lockstep_mpi_broadcast(c, &f, 4, R == 1 ? -1 : 0);
         CHECK_EQ(rc, R == 1 ? -EINVAL : -LOCKSTEP_EPEERINVAL);
     }
-    check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0); /* the communicator goes on */
+    check_allreduce(c, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM, 33, 0); /* the communicator goes on */
     lockstep_mpi_comm_free(c);
     lockstep_mpi_comm_free(NULL);
 
@@ -356,12 +356,12 @@ int main(int argc, char **argv)
         float v[64] = {0};
         int rc = 0;
         switch (k) {
-        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
-        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MAX : LOCKSTEP_SUM); break;
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_DTYPE_F32, odd ? LOCKSTEP_OP_MAX : LOCKSTEP_OP_SUM); break;
         case 2: rc = lockstep_mpi_broadcast(c, v, 8, odd ? 1 : 0); break;
         case 3: rc = odd ? lockstep_mpi_barrier(c) : lockstep_mpi_allgather(c, v, v + 8, 4); break;
         case 4: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 8 : 4); break;
-        case 5: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 5: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
         }
         expect_failed(c, rc, -LOCKSTEP_EMISMATCH, -LOCKSTEP_EMISMATCH, "node 1's calls differ", k);
     }
@@ -381,12 +381,12 @@ int main(int argc, char **argv)
         int bad = R == 1, rc = 0;
         float v[64] = {0};
         switch (k) {
-        case 0: rc = lockstep_mpi_allreduce(c, v, v, 10, bad ? (lockstep_dtype_t)9 : LOCKSTEP_F32, LOCKSTEP_SUM); break;
-        case 1: rc = lockstep_mpi_allreduce(c, bad ? NULL : v, v, 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, 10, bad ? (lockstep_dtype_t)9 : LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, bad ? NULL : v, v, 10, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
         case 2: rc = lockstep_mpi_broadcast(c, v, 8, bad ? -1 : 0); break;
         case 3: rc = lockstep_mpi_allgather(c, bad ? NULL : v + 48, v, 8); break;
         case 4:
-            rc = lockstep_mpi_reduce_scatter(c, v, v + 8 * R, 1, LOCKSTEP_F32, bad ? (lockstep_op_t)3 : LOCKSTEP_SUM);
+            rc = lockstep_mpi_reduce_scatter(c, v, v + 8 * R, 1, LOCKSTEP_DTYPE_F32, bad ? (lockstep_op_t)3 : LOCKSTEP_OP_SUM);
             break;
         case 5: rc = lockstep_mpi_alltoall(c, bad ? NULL : v, v + 32, 1); break;
         }
@@ -396,10 +396,10 @@ int main(int argc, char **argv)
     if (want_nodes > 1) {
         c = lockstep_mpi_comm_create(MPI_COMM_WORLD, &p);
         CHECK(c != NULL);
-        CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_F32, LOCKSTEP_SUM), -EINVAL);
-        CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_SUM), -EINVAL);
+        CHECK_EQ(lockstep_mpi_allreduce(c, NULL, &f, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), -EINVAL);
+        CHECK_EQ(lockstep_mpi_allreduce(c, &f, &f, 1, (lockstep_dtype_t)9, LOCKSTEP_OP_SUM), -EINVAL);
         CHECK_EQ(lockstep_mpi_broadcast(c, &f, 4, -1), -EINVAL);
-        check_allreduce(c, LOCKSTEP_F32, LOCKSTEP_SUM, 33, 0);
+        check_allreduce(c, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM, 33, 0);
         lockstep_mpi_comm_free(c);
     }
     /* check_calls and a call that fails inside one node: one rank of a node of two or
@@ -425,11 +425,11 @@ int main(int argc, char **argv)
         float v[64] = {0};
         int rc = 0;
         switch (k % MISMATCHES) {
-        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_F32, LOCKSTEP_SUM); break;
-        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_F32, odd ? LOCKSTEP_MIN : LOCKSTEP_SUM); break;
+        case 0: rc = lockstep_mpi_allreduce(c, v, v, odd ? 11 : 10, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
+        case 1: rc = lockstep_mpi_allreduce(c, v, v, 10, LOCKSTEP_DTYPE_F32, odd ? LOCKSTEP_OP_MIN : LOCKSTEP_OP_SUM); break;
         case 2: rc = lockstep_mpi_allgather(c, v, v + 8, odd ? 8 : 4); break;
-        case 3: rc = odd ? lockstep_mpi_allreduce(c, v, v, 1, LOCKSTEP_F32, LOCKSTEP_SUM) : lockstep_mpi_barrier(c); break;
-        case 4: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_F32, LOCKSTEP_SUM); break;
+        case 3: rc = odd ? lockstep_mpi_allreduce(c, v, v, 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM) : lockstep_mpi_barrier(c); break;
+        case 4: rc = lockstep_mpi_reduce_scatter(c, v, v + 32, odd ? 2 : 1, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM); break;
         case 5: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, home); break;
         case 6: rc = lockstep_mpi_broadcast(c, v, odd ? 12 : 8, away); break;
         case 7: rc = lockstep_mpi_alltoall(c, v, v + 32, odd ? 2 : 1); break;
@@ -520,13 +520,13 @@ int main(int argc, char **argv)
     CHECK(c != NULL);
     float *late = calloc(4096, sizeof(float));
     CHECK(late != NULL);
-    CHECK_EQ(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_F32, LOCKSTEP_SUM), 0);
+    CHECK_EQ(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
     int token = 0;
     if (R == victim)
         for (int k = 0; k < N; k++)
             if (k != victim)
                 CHECK_EQ(MPI_Recv(&token, 1, MPI_INT, k, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_SUCCESS);
-    CHECK(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_F32, LOCKSTEP_SUM) != 0);
+    CHECK(lockstep_mpi_allreduce(c, late, late, 4096, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM) != 0);
     if (R != victim)
         CHECK_EQ(MPI_Send(&token, 1, MPI_INT, victim, 77, MPI_COMM_WORLD), MPI_SUCCESS);
     free(late);

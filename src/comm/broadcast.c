@@ -1,0 +1,264 @@
+/* Broadcast, with a choice of peer order and of who copies:
+ *   PULL — the data stays in the root's slot and each receiver copies it out;
+ *   PUSH — the root writes it into every receiver's own slot, in the given order, and
+ *          receivers copy from their own slot.
+ * Routes (tuning.h):
+ *   small (up to small_bytes): the payload travels with the announcement, in
+ *     small[s & 1], or inside it up to LS_INLINE_BYTES whatever the transfer: the line
+ *     that shows the root's arrival brings the data too;
+ *   pipelined: the root writes piece j into a ring of LS_BCAST_PIECE pieces over both
+ *     chunk slots and publishes its step word (base + j + 1); each receiver waits for
+ *     that word on the root alone, copies the piece and publishes its own word. The
+ *     root waits for the receivers only before it overwrites a piece of the ring, so a
+ *     receiver copies piece j while the root writes piece j + 1. Every rank ends the
+ *     call with the same step count, and the next call's announcement orders the
+ *     receivers' last reads before the root writes the ring again;
+ *   zero-copy PUSH, when every receiver's buf lies in its lockstep_comm_buffer: the root
+ *     copies straight into each receiver's buffer and one step tells that all copies
+ *     are done; from LS_RELAY_MIN among 3 or more ranks relayed along the root's order
+ *     instead; with the root's buf in its buffer too, shared (split_broadcast);
+ *   kernel copy between 2 ranks (LS_KCOPY_BROADCAST), small or not: each moves half.
+ * PULL has no zero-copy form: receivers reading the root's buffer themselves were no
+ * faster than the slots with fresh data each call. */
+#include <errno.h>
+#include <string.h>
+
+#include "gather.h"
+
+/* The relay: pieces pass along the root's order, root -> chain[0] -> chain[1] ..., each
+ * rank copying a piece from its own buf into the next rank's as soon as the rank
+ * before it has published that piece's step, so up to size copies run at once instead
+ * of size - 1 on the root. Every rank has finished its part when it returns: the last
+ * piece has reached it, and it has passed every piece on (its buf is the source). */
+static int relay_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root, const unsigned char *chain,
+                           uint64_t deadline)
+{
+    int me = c->rank, np = c->size - 1, pos = -1; /* my place in the chain; the root's is -1 */
+    if (me != root)
+        for (pos = 0; pos < np - 1 && chain[pos] != me; pos++) {
+        }
+    int from = pos <= 0 ? root : chain[pos - 1], to = pos + 1 < np ? chain[pos + 1] : -1;
+    char *next = to >= 0 ? ls_buf(c, to) + ls_zc_announced(c, to).recv : NULL;
+    size_t pieces = (bytes + LS_RELAY_PIECE - 1) / LS_RELAY_PIECE;
+    uint32_t base = c->step;
+    for (size_t j = 0; j < pieces; j++) {
+        size_t off = j * LS_RELAY_PIECE, n = bytes - off < LS_RELAY_PIECE ? bytes - off : LS_RELAY_PIECE;
+        uint32_t t = base + (uint32_t)j + 1;
+        int rc;
+        if (me != root && (rc = ls_comm_wait_word(c, from, &ls_ctl(c, from)->own.step, t, deadline)) != 0)
+            return rc;
+        if (next)
+            ls_comm_copy(c, next + off, buf + off, n);
+        ls_comm_publish_step(c, t);
+    }
+    c->step = base + (uint32_t)pieces;
+    return 0;
+}
+
+/* A broadcast in which the receivers read the root's buf and share the copying:
+ *   shared (zero-copy PUSH, the root's buf in its buffer too, not relayed): the
+ *     receivers read it in the root's buffer; 2 ranks: the root copies the first half
+ *     into the receiver's buf and the receiver the second half; more: each receiver
+ *     copies the whole of it and the root none;
+ *   kernel copy (2 ranks, both offered it): the same halves, the root's written into
+ *     the receiver's private buf (process_vm_writev) and the receiver's read from the
+ *     root's (process_vm_readv).
+ * The root returns once every receiver has published its step: they read its buf until
+ * then. */
+static int split_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                           int kcopy, uint64_t deadline)
+{
+    uint32_t t = ++c->step;
+    size_t h = np == 1 ? (bytes / 2 + 63) / 64 * 64 : 0; /* the root's part; bytes > 256, so h < bytes */
+    int rc = 0;
+    if (c->rank == root) {
+        if (h && kcopy)
+            rc = ls_kcopy_write(c, peers[0], buf, 0, h);
+        else if (h)
+            ls_comm_copy(c, ls_buf(c, peers[0]) + ls_zc_announced(c, peers[0]).recv, buf, h);
+        if (rc)
+            return rc;
+        ls_comm_publish_step(c, t);
+        return ls_comm_wait_steps(c, t, deadline);
+    }
+    if (kcopy)
+        rc = ls_kcopy_read(c, root, buf + h, h, bytes - h);
+    else
+        ls_comm_copy(c, buf + h, ls_buf(c, root) + ls_zc_announced(c, root).recv + h, bytes - h);
+    if (rc || (h && (rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0))
+        return rc;
+    ls_comm_publish_step(c, t);
+    return 0;
+}
+
+/* A small PUSH broadcast's root: buf into every receiver's small slot b */
+static void copy_to_slots(lockstep_comm_t *c, const char *buf, size_t bytes, const int *peers, int np, unsigned b)
+{
+    for (int i = 0; i < np; i++)
+        memcpy(ls_small(c, peers[i], b), buf, bytes);
+}
+
+/* A small broadcast whose root copied nothing before announcing, in the hope of a
+ * zero-copy or kernel-copy call that some receiver could not take, after the
+ * announcement: the root copies into the small slots only now (PULL its own, PUSH
+ * every receiver's), and one step tells the receivers it is there. */
+static int late_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                     lockstep_xfer_t xfer)
+{
+    unsigned b = c->seq & 1;
+    uint32_t t = ++c->step;
+    int rc;
+    if (c->rank == root && xfer == LOCKSTEP_XFER_PULL)
+        memcpy(ls_small(c, root, b), buf, bytes);
+    else if (c->rank == root)
+        copy_to_slots(c, buf, bytes, peers, np, b);
+    else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, ls_comm_deadline(c))) != 0)
+        return rc;
+    else
+        memcpy(buf, ls_small(c, xfer == LOCKSTEP_XFER_PULL ? root : c->rank, b), bytes);
+    ls_comm_publish_step(c, t);
+    return 0;
+}
+
+/* A PUSH broadcast of LS_SMALL_ZERO_COPY_MIN up to small_bytes whose root's buf lies in
+ * its buffer, after the announcement: if every receiver's does too, zero-copy as a
+ * larger one (split_broadcast), else through the slots, late. */
+static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np)
+{
+    if (ls_all_posted(c, LOCKSTEP_XFER_PUSH, root))
+        return split_broadcast(c, buf, bytes, root, peers, np, 0, ls_comm_deadline(c));
+    return late_copy(c, buf, bytes, root, peers, np, LOCKSTEP_XFER_PUSH);
+}
+
+static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
+                     lockstep_xfer_t xfer)
+{
+    if ((bytes && !buf) || root < 0 || root >= c->size || ls_bad_order(order, xfer))
+        return -EINVAL;
+    if (c->size == 1) /* alone: buf already holds the root's bytes */
+        return ls_comm_failed(c);
+    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes)
+        return ls_eager_broadcast(c, buf, bytes, root, xfer);
+    static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
+    int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
+    ls_comm_order(c, order, peers);
+    int np = c->size - 1;
+
+    if (bytes <= c->hdr->small_bytes) {
+        unsigned b = (c->seq + 1) & 1;
+        size_t at = ls_inline_at(bytes);
+        /* a PUSH whose root would copy LS_SMALL_ZERO_COPY_MIN or more: every rank posts
+         * where its buf lies in its buffer; a root whose buf lies there copies nothing
+         * before announcing */
+        int posts = xfer == LOCKSTEP_XFER_PUSH && bytes * (size_t)np >= LS_SMALL_ZERO_COPY_MIN;
+        uint64_t where = posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
+        /* 2 ranks, from the window's start (the same on every rank, as bytes): every
+         * rank posts whether it offers a kernel copy, and a root that offers copies
+         * nothing before announcing */
+        int kc_posts = np == 1 && bytes >= (window.fits_min < window.wide_min ? window.fits_min : window.wide_min);
+        int offer = kc_posts && ls_kcopy_offer(c, window, bytes);
+        int later = me == root && (where != LS_NO_OFFSET || offer);
+        if (me == root && bytes && !later) {
+            if (bytes <= LS_INLINE_BYTES)
+                memcpy(ls_ctl(c, me)->ann[b].data + at, buf, bytes);
+            else if (xfer == LOCKSTEP_XFER_PULL)
+                memcpy(ls_small(c, me, b), buf, bytes);
+            else
+                copy_to_slots(c, buf, bytes, peers, np, b);
+        }
+        if (posts) /* after the copy, as for allreduce */
+            ls_zc_post(c, LS_NO_OFFSET, where);
+        if (kc_posts) {
+            ls_kcopy_post(c, offer ? buf : NULL, buf);
+            ls_kcopy_post_early(c, !later);
+        }
+        if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
+            return rc;
+        if (posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET)
+            return small_zero_copy(c, buf, bytes, root, peers, np);
+        int kcopy = kc_posts && ls_kcopy_count(c) == c->size;
+        /* the root held its copy back (as it posted) */
+        int late = !kcopy && kc_posts && (me == root ? later : !ls_kcopy_early_peers(c));
+        if (kcopy)
+            return split_broadcast(c, buf, bytes, root, peers, np, 1, ls_comm_deadline(c));
+        if (late)
+            return late_copy(c, buf, bytes, root, peers, np, xfer);
+        if (me != root && bytes)
+            memcpy(buf,
+                   bytes <= LS_INLINE_BYTES ? (const void *)(ls_ctl(c, root)->ann[b].data + at)
+                                            : (const void *)ls_small(c, xfer == LOCKSTEP_XFER_PULL ? root : me, b),
+                   bytes);
+        return 0;
+    }
+
+    ls_post_recv(c, xfer, buf, bytes);
+    /* only 2 ranks offer a kernel copy; np is the same on every rank, so the others
+     * need not count the offers after announcing */
+    int offer = np == 1 && ls_kcopy_offer(c, window, bytes);
+    ls_kcopy_post(c, offer ? buf : NULL, buf);
+    /* the relay's chain, the root's order, goes in the root's small slot for this call
+     * (large calls leave it unused; written before announcing, as a small payload is) */
+    int relay = xfer == LOCKSTEP_XFER_PUSH && np >= 2 && bytes >= LS_RELAY_MIN;
+    unsigned char *chain = (unsigned char *)ls_small(c, root, (c->seq + 1) & 1);
+    _Static_assert(LOCKSTEP_COMM_MAX_RANKS <= 256, "a rank fits a byte, the chain a small slot (256 B or more)");
+    for (int i = 0; relay && me == root && i < np; i++)
+        chain[i] = (unsigned char)peers[i];
+    if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
+        return rc;
+    uint64_t deadline = ls_comm_deadline(c);
+    int zero_copy = ls_all_posted(c, xfer, root), kcopy = np == 1 && ls_kcopy_count(c) == c->size;
+    if (zero_copy && relay)
+        return relay_broadcast(c, buf, bytes, root, chain, deadline);
+    if (zero_copy && ls_zc_announced(c, root).recv != LS_NO_OFFSET) /* the root's buf in its buffer too */
+        return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
+    if (zero_copy) {
+        uint32_t t = ++c->step;
+        if (me == root)
+            ls_push_zero_copy(c, buf, bytes, 0, peers, np);
+        else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
+            return rc;
+        ls_comm_publish_step(c, t); /* the root's says its copies are done */
+        return 0;
+    }
+    if (kcopy)
+        return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
+    size_t piece = c->hdr->chunk_bytes < LS_BCAST_PIECE ? c->hdr->chunk_bytes : LS_BCAST_PIECE;
+    size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;
+    uint32_t base = c->step;
+    char *p = buf;
+    for (size_t j = 0; j < pieces; j++) {
+        size_t off = j * piece, n = bytes - off < piece ? bytes - off : piece, at = (j % ring) * piece;
+        uint32_t t = base + (uint32_t)j + 1;
+        if (me == root) {
+            /* every receiver has copied the piece this one overwrites */
+            if (j >= ring && (rc = ls_comm_wait_steps(c, t - (uint32_t)ring, deadline)) != 0)
+                return rc;
+            if (xfer == LOCKSTEP_XFER_PULL)
+                memcpy(ls_chunk(c, me, 0) + at, p + off, n);
+            else
+                for (int i = 0; i < np; i++)
+                    memcpy(ls_chunk(c, peers[i], 0) + at, p + off, n);
+        } else {
+            if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
+                return rc;
+            memcpy(p + off, ls_chunk(c, xfer == LOCKSTEP_XFER_PULL ? root : me, 0) + at, n);
+        }
+        ls_comm_publish_step(c, t);
+    }
+    c->step = base + (uint32_t)pieces;
+    c->busy = LS_BUSY_BOTH; /* receivers may still be copying from the root's ring */
+    return 0;
+}
+
+int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
+                            lockstep_xfer_t xfer)
+{
+    int rc = ls_comm_enter(c);
+    if (rc)
+        return rc;
+    uint32_t s = c->seq;
+    return ls_comm_end(c, s, broadcast(c, buf, bytes, root, order, xfer));
+}
+

@@ -1,0 +1,135 @@
+/* The comm family's tuned constants, each with the reason for its value. What they
+ * cost and gain is measured by `lockstep bench comm`; docs/performance.md has the
+ * figures. A route is chosen from these by size (and dtype) alone: no call times one
+ * way against another, and no rank moves itself between CPUs.
+ *
+ * Routes per collective (comm.h has the table a user reads):
+ *   allreduce       inline or small slots | chunked reduce-scatter + allgather |
+ *                   zero-copy from the shared buffers | kernel copy (wide only)
+ *   reduce-scatter  inline or small slots | chunked | zero-copy
+ *   all-to-all      inline or small slots | chunked | zero-copy | kernel copy
+ *   broadcast       inline or small slots | pipelined pieces | zero-copy (push,
+ *                   relay, shared halves) | kernel copy (2 ranks, halves)
+ *   allgather       inline or small slots | chunked | zero-copy push | kernel copy
+ * Eager broadcasts (params.broadcast_eager_bytes) are the caller's choice, not a route. */
+#ifndef LOCKSTEP_COMM_TUNING_H
+#define LOCKSTEP_COMM_TUNING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the small path ------------------------------------------------------------- */
+
+/* allreduce_small_bytes = 0: the allreduce's switch to the chunked path. While ranks
+ * fit the CPUs, LS_SMALL_FITS / (size - 1), at least LS_SMALL_FITS_MIN: the small
+ * path reads every peer's whole message, the chunked one 1/size of it. When ranks
+ * outnumber the CPUs, LS_SMALL_OVERSUBSCRIBED: the chunked path's steps each cost
+ * process switches. The reduce-scatter and all-to-all switch at the minimum (their
+ * small path copies every block twice). */
+#define LS_SMALL_FITS ((size_t)32 * 1024)
+#define LS_SMALL_FITS_MIN ((size_t)512)
+#define LS_SMALL_OVERSUBSCRIBED ((size_t)8 * 1024)
+
+/* The small allreduce with 3 or more ranks prefetches every peer's slot before it
+ * reduces, while all of them together are at most this: the misses overlap instead of
+ * coming one input at a time; past it the prefetches evict what they fetched. */
+#define LS_PREFETCH_MAX ((size_t)8 * 1024)
+
+/* Below this, an allreduce or block exchange whose buffers all lie in the shared
+ * buffers still takes the small path: one synchronisation against zero-copy's two.
+ * The allreduce multiplies it by the ranks per CPU, since each synchronisation costs
+ * process switches when ranks outnumber the CPUs. */
+#define LS_ZERO_COPY_MIN ((size_t)1024)
+
+/* A PUSH broadcast up to small_bytes goes zero-copy only when the root would copy at
+ * least this into the receivers' slots: below it the slots win, since their root
+ * returns once it has announced, while a zero-copy root waits for the receivers. */
+#define LS_SMALL_ZERO_COPY_MIN ((size_t)576 * 1024)
+
+/* ---- the chunked and pipelined paths -------------------------------------------- */
+
+/* The large allreduce's step when ranks outnumber the CPUs: two ranks' working sets
+ * then share one core's caches (chunk_bytes, 1 MiB by default, is the step otherwise) */
+#define LS_OVERSUBSCRIBED_STEP ((size_t)512 * 1024)
+
+/* A large broadcast's pieces: small enough that the receivers start soon after the
+ * root, large enough that a step per piece costs little */
+#define LS_BCAST_PIECE ((size_t)64 * 1024)
+
+/* A zero-copy PUSH broadcast among 3 or more ranks from LS_RELAY_MIN is relayed along
+ * the root's order in LS_RELAY_PIECE pieces: up to `size` copies run at once instead
+ * of the root making size - 1. Below it there are too few pieces to overlap. */
+#define LS_RELAY_MIN ((size_t)1024 * 1024)
+#define LS_RELAY_PIECE ((size_t)32 * 1024)
+
+/* ---- kernel copies (process_vm_readv/writev, cma.c) ----------------------------- */
+
+/* A block moved by kernel copy is copied once, through the kernel; through the slots it
+ * is copied twice, by two CPUs in turn. Whether the kernel's copy is as fast as memcpy
+ * differs between machines (several times slower on some virtual machines), and lockstep
+ * does not time it: the table below keeps kernel copies where they won even where the
+ * kernel's copy is slow, and LOCKSTEP_KERNEL_COPY_WIDE (params.kernel_copy) lifts the
+ * upper limits for machines where it is fast. A route is taken only when every rank
+ * can reach its peers (probed at create) and offers it. */
+struct ls_kcopy_window {
+    size_t fits_min, fits_max; /* ranks fit the CPUs: blocks in [min, max] */
+    size_t wide_min;           /* ranks fit, LOCKSTEP_KERNEL_COPY_WIDE: from here up */
+    size_t over_min;           /* ranks outnumber the CPUs: from here up */
+};
+#define LS_KCOPY_NEVER SIZE_MAX
+
+/* allreduce: the chunked path reduces while it copies, and kernel copies of reduced
+ * data won only where they are fast (f16/bf16 reduce more slowly and start later) */
+#define LS_KCOPY_ALLREDUCE {LS_KCOPY_NEVER, 0, (size_t)256 * 1024, LS_KCOPY_NEVER}
+#define LS_KCOPY_ALLREDUCE_HALF {LS_KCOPY_NEVER, 0, (size_t)512 * 1024, LS_KCOPY_NEVER}
+/* all-to-all, per block: the writer's copy is cheap (its source is in its cache);
+ * with ranks outnumbering CPUs the slots' steps wait for ranks to be scheduled */
+#define LS_KCOPY_ALLTOALL {(size_t)32 * 1024, (size_t)160 * 1024, (size_t)8 * 1024, (size_t)32 * 1024}
+/* allgather PUSH, per block: as the all-to-all's writes */
+#define LS_KCOPY_ALLGATHER_PUSH {(size_t)128 * 1024, (size_t)384 * 1024, (size_t)128 * 1024, (size_t)64 * 1024}
+/* allgather PULL: reading a peer's fresh block pulls it from the peer's cache */
+#define LS_KCOPY_ALLGATHER_PULL {LS_KCOPY_NEVER, 0, (size_t)1024 * 1024, LS_KCOPY_NEVER}
+/* broadcast between 2 ranks: each moves half, the root writing and the receiver reading */
+#define LS_KCOPY_BROADCAST {(size_t)64 * 1024, (size_t)512 * 1024, (size_t)64 * 1024, LS_KCOPY_NEVER}
+
+/* A kernel copy moves at most this per system call, each after a check that the call
+ * has not failed, so that a failure stops a large copy soon */
+#define LS_KCOPY_PIECE ((size_t)256 * 1024)
+
+/* ---- waiting ------------------------------------------------------------------- */
+
+/* Liveness and the cancel callback are checked this often while a call waits */
+#define LS_SLICE_NS (10ull * 1000 * 1000)
+
+/* Ranks outnumbering CPUs: a waiter whose missing peers all last ran on other CPUs
+ * spins this long before yielding, since those peers are most likely running now and
+ * a yield would hand the CPU to a rank that only waits too */
+#define LS_REMOTE_SPIN_NS 5000u
+
+/* A failed rank waits at most this for a peer's kernel copy into it to end; only a
+ * writer that cannot run (stopped) takes this long */
+#define LS_DRAIN_NS (2000ull * 1000 * 1000)
+
+/* ---- eager broadcasts and the reduction ---------------------------------------- */
+
+/* Eager broadcasts a root may run ahead of the slowest receiver, and their largest
+ * payload: the ring lies in every rank's data area */
+#define LS_EAGER_DEPTH 16u
+#define LS_EAGER_MAX ((size_t)64 * 1024)
+
+/* Up to this many f32/i32 (bf16) elements the reduction runs plain loops instead of
+ * its blocked kernels, whose indirect calls cost more than the arithmetic there */
+#define LS_FEW_WORDS 32
+#define LS_FEW_HALVES 64
+
+/* The blocked kernels reduce this many elements at a time, so that a block of out
+ * stays in L1 between the inputs (8 KiB of f32/i32; f16/bf16 go through f32) */
+#define LS_WORD_BLOCK 2048
+#define LS_HALF_BLOCK 1024
+
+/* The pool (params.pool) splits copies and reductions from LS_PAR_MIN bytes, in
+ * LS_PAR_BLOCK pieces: below it, waking the pool costs more than it saves */
+#define LS_PAR_MIN ((size_t)256 * 1024)
+#define LS_PAR_BLOCK ((size_t)64 * 1024)
+
+#endif

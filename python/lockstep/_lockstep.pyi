@@ -7,6 +7,7 @@ _B = TypeVar("_B")
 
 version: str
 MAX_RANKS: int
+_C_API: object  # capsule: lockstep/csrc/capi.h, for the C++ torch ops
 # the names of the C enums' values, in code order
 OPS: Tuple[str, ...]
 ORDERS: Tuple[str, ...]

@@ -49,18 +49,26 @@ inference should not pay. all_reduce_ and broadcast_ change their tensor in plac
 which torch's custom ops cannot give a backward for; all_reduce and broadcast copy
 the tensor first and have the autograd variants.
 
-The op is defined through torch.library.Library (a schema and one kernel) rather than
-the torch.library.custom_op decorator, whose Python autograd and view-tracking layers
-cost about 20 us per eager call; this way an eager call costs about 1.8 us more than
-comm.allreduce(tensor) (torch's dispatch to a Python kernel, most of it).
+The ops' kernels are C++ (csrc/torch_ops.cpp): the dispatcher calls the library
+without Python in between, so a call costs torch's dispatch (the do-nothing op
+torch.ops.lockstep._noop_(tensor, handle) measures it) plus lockstep's own call. They
+are built against the installed torch at the first import, about 10 s, and cached
+(lockstep/_torch_build.py says where and when they are rebuilt). Where they cannot be
+built (no C++ compiler, no headers) one RuntimeWarning says why and Python kernels with
+the same behaviour serve, about 2 us slower a call; backend says which ("cpp" or
+"python"), and LOCKSTEP_TORCH_OPS=cpp (raise instead of falling back) or =python
+chooses. Failures raise what lockstep.Comm's calls raise, through either.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 
-from . import _torch_seen
+from . import _torch_build, _torch_seen
 
 if TYPE_CHECKING:
     import lockstep
@@ -71,6 +79,7 @@ _Setup = Callable[[Any, Tuple[Any, ...], Any], None]  # setup_context(ctx, input
 
 _torch_seen(torch)  # plain tensors go to C from the first call
 _comms: Dict[int, lockstep.Comm] = {}
+_cpp: Any = None  # the C++ kernels' module (lockstep._torch_ops), set at the end
 _bump = torch._C._increment_version  # of a tuple of tensors: torch.autograd.graph.increment_version's own call
 
 
@@ -78,11 +87,15 @@ def register(comm: "lockstep.Comm") -> int:
     """Make comm callable from the op; returns the integer handle to pass to it."""
     handle = id(comm)
     _comms[handle] = comm
+    if _cpp is not None:
+        _cpp.bind(handle, comm._c, comm.rank, comm.size)
     return handle
 
 
 def unregister(handle: int) -> None:
     _comms.pop(handle, None)
+    if _cpp is not None:
+        _cpp.unbind(handle)
 
 
 def _comm(handle: int) -> lockstep.Comm:
@@ -318,25 +331,60 @@ _SCHEMAS = {
     "all_gather": "(Tensor tensor, int handle, int dim=0) -> Tensor",
     "reduce_scatter": "(Tensor tensor, int handle, str op='sum', int dim=0) -> Tensor",
     "all_to_all": "(Tensor tensor, int handle, int scatter_dim=0, int gather_dim=0) -> Tensor",
+    "_noop_": "(Tensor(a!) tensor, int handle) -> ()",
 }
 _lib = torch.library.Library("lockstep", "DEF")  # type: ignore[no-untyped-call]  # (torch 2.13's)
 
-# name, kernel, fake, and for the functional ops the autograd variant's backward and
-# setup_context. The kernels run below torch's autograd layer, where grad mode is off,
-# so _no_grad lets the variants through.
+
+def _noop_(tensor: torch.Tensor, handle: int) -> None:
+    """torch's dispatch and nothing else: the benchmark's floor for any op"""
+
+
+def _load_cpp() -> Any:
+    """The C++ kernels (csrc/torch_ops.cpp), built for this torch at first use, or None
+    with one warning when they cannot be built or loaded (the Python kernels serve)"""
+    choice = os.environ.get("LOCKSTEP_TORCH_OPS", "auto")
+    if choice not in ("auto", "cpp", "python"):
+        raise ValueError(f"LOCKSTEP_TORCH_OPS must be auto, cpp or python, not {choice!r}")
+    if choice == "python":
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("lockstep._torch_ops", _torch_build.build())
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # registers the CPU kernels
+        return module
+    except (_torch_build.BuildError, ImportError, OSError) as e:
+        if choice == "cpp":
+            raise
+        warnings.warn(f"lockstep.torch_ops uses its Python kernels (a few us more per call): the C++ ones are not "
+                      f"available: {e}", RuntimeWarning, stacklevel=3)
+        return None
+
+
+# name, Python kernel, fake, and for the functional ops the autograd variant's backward
+# and setup_context. The kernels run below torch's autograd layer, where grad mode is
+# off, so _no_grad lets the variants through.
 _OPS = (("all_reduce_", all_reduce_, _fake_in_place, None), ("broadcast_", broadcast_, _fake_in_place, None),
         ("all_reduce", all_reduce, _fake_same, (_all_reduce_backward, _setup_all_reduce)),
         ("broadcast", broadcast, _fake_same, (_broadcast_backward, _keep(("handle", "root")))),
         ("all_gather", all_gather, _fake_gather, (_all_gather_backward, _keep(("handle", "dim")))),
         ("reduce_scatter", reduce_scatter, _fake_reduce_scatter, (_reduce_scatter_backward, _setup_reduce_scatter)),
         ("all_to_all", all_to_all, _fake_all_to_all,
-         (_all_to_all_backward, _keep(("handle", "scatter_dim", "gather_dim")))))
+         (_all_to_all_backward, _keep(("handle", "scatter_dim", "gather_dim")))),
+        ("_noop_", _noop_, _fake_in_place, None))
 for _name, _kernel, _fake, _grad in _OPS:
     _lib.define(_name + _SCHEMAS[_name])  # type: ignore[no-untyped-call]
-    _lib.impl(_name, _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
     torch.library.register_fake("lockstep::" + _name, _fake, lib=_lib)
     if _grad is not None:
         _lib.define(_name + "_autograd" + _SCHEMAS[_name])  # type: ignore[no-untyped-call]
-        _lib.impl(_name + "_autograd", _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
         torch.library.register_fake(f"lockstep::{_name}_autograd", _fake, lib=_lib)
         torch.library.register_autograd(f"lockstep::{_name}_autograd", _grad[0], setup_context=_grad[1], lib=_lib)
+
+_cpp = _load_cpp()
+backend = "cpp" if _cpp is not None else "python"  # whose kernels the ops run
+if _cpp is None:
+    for _name, _kernel, _fake, _grad in _OPS:
+        _lib.impl(_name, _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]
+        if _grad is not None:
+            _lib.impl(_name + "_autograd", _kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]

@@ -82,7 +82,7 @@ PyMODINIT_FUNC PyInit__lockstep(void)
     PyObject *m = PyModule_Create(&moddef);
     if (!m)
         return NULL;
-    if (lsp_add_errors(m) != 0)
+    if (lsp_add_errors(m) != 0 || lsp_add_capi(m) != 0)
         return NULL;
     if (lsp_intern_attrs() != 0)
         return NULL;

@@ -1,6 +1,7 @@
 /* What the files of lockstep._lockstep share: the Comm object, entering and leaving a
  * call, the errors, and what a call takes of its arguments (intake.c).
  *   errors.c      the exceptions, and lockstep's codes as them
+ *   capi.c        the C interface for other extensions (lockstep/csrc/capi.h)
  *   comm_type.c   the Comm type: create, close, the shared buffer, attributes
  *   calls.c       the collectives' entry points
  *   intake.c      arguments and buffers: names, numpy arrays, torch tensors, recv shapes
@@ -21,6 +22,8 @@
 extern PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError, *CancelledError, *PeerArgumentError;
 extern PyTypeObject lsp_CommType;
 
+/* capi.c: add the capsule _C_API (lockstep/csrc/capi.h) to m: 0, or -1 with the error set */
+int lsp_add_capi(PyObject *m);
 /* errors.c */
 PyObject *lsp_raise_code(int rc, const char *what);
 /* the exceptions, created and added to module m: 0, or -1 with the error set */

@@ -8,8 +8,8 @@ on it when it is preloaded::
     lockstep omp check ./libfoo.so                  # the entry points it needs
 
 ``LOCKSTEP_OMP_STATS=1`` prints, at exit, the regions, barriers and tasks the runtime
-ran. Entry points the runtime does not implement (offloading, teams, doacross loops,
-task reductions) end the program with ``lockstep-omp: NAME is not supported``.
+ran. Entry points the runtime does not implement (OpenACC, the Fortran bindings) end
+the program with ``lockstep-omp: NAME is not supported``.
 """
 from __future__ import annotations
 

@@ -58,12 +58,19 @@ LS_OMP_EXPORT int omp_get_dynamic(void)
 
 LS_OMP_EXPORT void omp_set_nested(int nested)
 {
-    (void)nested; /* one active level is all there is: nested regions get one thread */
+    struct ls_omp_icv *icv = &ls_omp_thr()->c.icv;
+    if (nested)
+        icv->max_active_levels = LS_OMP_MAX_LEVELS;
+    else if (icv->max_active_levels > 1)
+        icv->max_active_levels = 1;
 }
 
+/* nested parallelism is on while a region here could still add an active level */
 LS_OMP_EXPORT int omp_get_nested(void)
 {
-    return ls_omp_thr()->c.icv.max_active_levels > 1;
+    struct ls_omp_thread *t = ls_omp_thr();
+    int active = t->c.team ? t->c.team->active_level : 0;
+    return t->c.icv.max_active_levels > 1 && t->c.icv.max_active_levels > active;
 }
 
 LS_OMP_EXPORT void omp_set_schedule(int kind, int chunk)
@@ -85,19 +92,19 @@ LS_OMP_EXPORT void omp_get_schedule(int *kind, int *chunk)
 
 LS_OMP_EXPORT int omp_get_thread_limit(void)
 {
-    return ls_omp_g.thread_limit;
+    return ls_omp_thr()->c.icv.thread_limit;
 }
 
-/* One active level is supported: nested regions run with a team of one. */
 LS_OMP_EXPORT int omp_get_supported_active_levels(void)
 {
-    return 1;
+    return LS_OMP_MAX_LEVELS;
 }
 
 LS_OMP_EXPORT void omp_set_max_active_levels(int levels)
 {
-    if (levels >= 0) /* capped at the one level supported */
-        ls_omp_thr()->c.icv.max_active_levels = levels > 1 ? 1 : levels;
+    if (levels >= 0)
+        ls_omp_thr()->c.icv.max_active_levels =
+            levels > LS_OMP_MAX_LEVELS ? LS_OMP_MAX_LEVELS : levels;
 }
 
 LS_OMP_EXPORT int omp_get_max_active_levels(void)
@@ -201,12 +208,22 @@ LS_OMP_EXPORT int omp_get_device_num(void) { return 0; }
 LS_OMP_EXPORT int omp_is_initial_device(void) { return 1; }
 LS_OMP_EXPORT int omp_get_default_device(void) { return ls_omp_thr()->c.icv.default_device; }
 LS_OMP_EXPORT void omp_set_default_device(int d) { ls_omp_thr()->c.icv.default_device = d; }
-LS_OMP_EXPORT int omp_get_num_teams(void) { return 1; }
-LS_OMP_EXPORT int omp_get_team_num(void) { return 0; }
-LS_OMP_EXPORT int omp_get_max_teams(void) { return 1; }
-LS_OMP_EXPORT int omp_get_teams_thread_limit(void) { return ls_omp_g.thread_limit; }
-LS_OMP_EXPORT void omp_set_num_teams(int n) { (void)n; }
-LS_OMP_EXPORT void omp_set_teams_thread_limit(int n) { (void)n; }
+LS_OMP_EXPORT int omp_get_max_teams(void) { return ls_load_relaxed(&ls_omp_g.nteams); }
+LS_OMP_EXPORT int omp_get_teams_thread_limit(void)
+{
+    return ls_load_relaxed(&ls_omp_g.teams_thread_limit);
+}
+/* nteams-var and teams-thread-limit-var are device-wide: a setter changes them for all */
+LS_OMP_EXPORT void omp_set_num_teams(int n)
+{
+    if (n > 0)
+        ls_store_relaxed(&ls_omp_g.nteams, n);
+}
+LS_OMP_EXPORT void omp_set_teams_thread_limit(int n)
+{
+    if (n > 0)
+        ls_store_relaxed(&ls_omp_g.teams_thread_limit, n);
+}
 LS_OMP_EXPORT int omp_get_max_task_priority(void) { return ls_omp_g.max_task_priority; }
 
 /* omp_pause_resource(kind, device): the calling initial thread's idle workers end. */
@@ -262,12 +279,13 @@ LS_OMP_EXPORT bool GOMP_cancellation_point(int which)
 /* msg is len bytes, or NUL-terminated when len is (size_t)-1 */
 static void print_directive(const char *what, const char *msg, size_t len)
 {
+    /* libgomp's form, which programs' tests match: a blank line, then the message */
     if (!msg)
-        fprintf(stderr, "%s\n", what);
+        fprintf(stderr, "\n%s\n", what);
     else if (len == (size_t)-1)
-        fprintf(stderr, "%s: %s\n", what, msg);
+        fprintf(stderr, "\n%s: %s\n", what, msg);
     else
-        fprintf(stderr, "%s: %.*s\n", what, (int)(len > INT_MAX ? INT_MAX : len), msg);
+        fprintf(stderr, "\n%s: %.*s\n", what, (int)(len > INT_MAX ? INT_MAX : len), msg);
 }
 
 LS_OMP_EXPORT void GOMP_warning(const char *msg, size_t len)
@@ -279,10 +297,4 @@ LS_OMP_EXPORT void GOMP_error(const char *msg, size_t len)
 {
     print_directive("libgomp: fatal error: error directive encountered", msg, len);
     exit(EXIT_FAILURE);
-}
-
-LS_OMP_EXPORT void GOMP_scope_start(uintptr_t *reductions)
-{
-    if (reductions)
-        ls_omp_unsupported("GOMP_scope_start (task reductions)");
 }

@@ -126,13 +126,22 @@ uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
     return target;
 }
 
+void ls_omp_wait_detached(struct ls_omp_team *team)
+{
+    while (ls_load_acquire(&team->pending) != 0)
+        sched_yield();
+}
+
 void ls_omp_barrier(void)
 {
     struct ls_omp_thread *t = ls_omp_thr();
     struct ls_omp_team *team = t->c.team;
     LS_OMP_COUNT(barriers, 1);
-    if (!team || team->n == 1) /* alone: its tasks have all run where created */
+    if (!team || team->n == 1) { /* alone: its tasks have all run where created */
+        if (team)
+            ls_omp_wait_detached(team);
         return;
+    }
     ls_omp_wait(t, team, ls_omp_arrive(t, team), LS_WAIT_BARRIER);
 }
 

@@ -27,6 +27,19 @@ void ls_omp_active_threads_add(int delta)
     __atomic_add_fetch(&active_threads, delta, __ATOMIC_RELAXED);
 }
 
+int ls_omp_threads_reserve(int want, bool nested, int limit)
+{
+    int cur = __atomic_load_n(&active_threads, __ATOMIC_RELAXED), got;
+    do {
+        /* a nested region's master is counted already; a region outside any other
+         * starts a contention group of its own */
+        long room = nested ? (long)limit - cur + 1 : limit;
+        got = want < room ? want : (int)(room < 1 ? 1 : room);
+    } while (!__atomic_compare_exchange_n(&active_threads, &cur, cur + got - (nested ? 1 : 0),
+                                          true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return got;
+}
+
 int ls_omp_active_threads(void)
 {
     return __atomic_load_n(&active_threads, __ATOMIC_RELAXED);
@@ -222,6 +235,7 @@ void ls_omp_env_init(void)
     g->icv.run_chunk = 0;
     g->icv.dyn = 0;
     g->icv.max_active_levels = 1;
+    g->icv.def_allocator = 1; /* omp_default_mem_alloc */
     g->icv.bind = LS_BIND_FALSE;
     g->thread_limit = INT_MAX;
     g->spincount = -1;
@@ -241,17 +255,30 @@ void ls_omp_env_init(void)
     int b;
     if ((s = getenv("OMP_DYNAMIC")) && *s && parse_bool("OMP_DYNAMIC", s, &b) == 0)
         g->icv.dyn = b;
-    /* OMP_NESTED and OMP_MAX_ACTIVE_LEVELS above 1 ask for more active levels than
-     * the runtime supports (one): the ICV is capped there, as the spec says */
-    if ((s = getenv("OMP_NESTED")) && *s)
-        parse_bool("OMP_NESTED", s, &b);
+    /* max-active-levels-var: OMP_MAX_ACTIVE_LEVELS, else OMP_NESTED, else every level
+     * when OMP_NUM_THREADS or OMP_PROC_BIND lists more than one level, else one */
     long v;
+    bool levels_from_lists = false;
     if ((s = getenv("OMP_MAX_ACTIVE_LEVELS")) && *s &&
         (v = parse_long("OMP_MAX_ACTIVE_LEVELS", s, 0, INT_MAX)) >= 0)
-        g->icv.max_active_levels = v > 1 ? 1 : (int)v;
+        g->icv.max_active_levels = v > LS_OMP_MAX_LEVELS ? LS_OMP_MAX_LEVELS : (int)v;
+    else if ((s = getenv("OMP_NESTED")) && *s && parse_bool("OMP_NESTED", s, &b) == 0)
+        g->icv.max_active_levels = b ? LS_OMP_MAX_LEVELS : 1;
+    else
+        levels_from_lists = true;
     if ((s = getenv("OMP_THREAD_LIMIT")) && *s &&
         (v = parse_long("OMP_THREAD_LIMIT", s, 1, INT_MAX)) >= 0)
         g->thread_limit = (int)v;
+    g->icv.thread_limit = g->thread_limit;
+    if ((s = getenv("OMP_ALLOCATOR")) && *s && ls_omp_allocator_parse(s, &g->icv.def_allocator))
+        ls_omp_warn("OMP_ALLOCATOR='%s' is not a predefined allocator or a memory space with "
+                    "traits; using omp_default_mem_alloc", s);
+    if ((s = getenv("OMP_NUM_TEAMS")) && *s &&
+        (v = parse_long("OMP_NUM_TEAMS", s, 1, INT_MAX)) >= 0)
+        g->nteams = (int)v;
+    if ((s = getenv("OMP_TEAMS_THREAD_LIMIT")) && *s &&
+        (v = parse_long("OMP_TEAMS_THREAD_LIMIT", s, 1, INT_MAX)) >= 0)
+        g->teams_thread_limit = (int)v;
     if ((s = getenv("OMP_CANCELLATION")) && *s && parse_bool("OMP_CANCELLATION", s, &b) == 0 && b)
         ls_omp_warn("OMP_CANCELLATION=true: cancellation is not supported; cancel constructs "
                     "are ignored");
@@ -270,6 +297,8 @@ void ls_omp_env_init(void)
             g->icv.bind = list[0];
         }
     }
+    if (levels_from_lists && (g->n_nthreads_list > 1 || g->n_bind_list > 1))
+        g->icv.max_active_levels = LS_OMP_MAX_LEVELS;
     if ((s = getenv("OMP_PLACES")) && *s) {
         if (strcasecmp(s, "threads") && strcasecmp(s, "cores") && strcasecmp(s, "sockets") &&
             strcasecmp(s, "ll_caches") && strcasecmp(s, "numa_domains") && s[0] != '{')
@@ -353,6 +382,9 @@ void ls_omp_display_env(int verbose)
     fprintf(f, "  OMP_CANCELLATION = 'FALSE'\n  OMP_DEFAULT_DEVICE = '%d'\n",
             g->icv.default_device);
     fprintf(f, "  OMP_MAX_TASK_PRIORITY = '%d'\n", g->max_task_priority);
+    fprintf(f, "  OMP_ALLOCATOR = '%s'\n", ls_omp_allocator_name(g->icv.def_allocator));
+    fprintf(f, "  OMP_NUM_TEAMS = '%d'\n  OMP_TEAMS_THREAD_LIMIT = '%d'\n", g->nteams,
+            g->teams_thread_limit);
     if (verbose)
         fprintf(f, "  GOMP_SPINCOUNT = '%ld'\n  LOCKSTEP_OMP_STATS = '%d'\n", g->spincount,
                 g->stats);

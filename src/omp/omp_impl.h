@@ -30,6 +30,7 @@
 
 #define LS_OMP_EXPORT __attribute__((visibility("default")))
 #define LS_OMP_MAX_THREADS 4096 /* a team's size is capped here (OMP_THREAD_LIMIT lower) */
+#define LS_OMP_MAX_LEVELS 255   /* active nesting levels supported, as libgomp's */
 #define LS_PADTO(used) char LS_CAT(pad_, __LINE__)[LOCKSTEP_CACHELINE - (used)]
 #define LS_CAT2(a, b) a##b
 #define LS_CAT(a, b) LS_CAT2(a, b)
@@ -52,6 +53,8 @@ struct ls_omp_icv {
     int max_active_levels; /* max-active-levels-var */
     int bind;              /* bind-var for the next region */
     int default_device;
+    int thread_limit;      /* thread-limit-var: threads of this contention group */
+    uintptr_t def_allocator; /* def-allocator-var (omp_default_mem_alloc is 1) */
 };
 
 /* Process-wide settings read once at load (env.c). */
@@ -62,6 +65,8 @@ struct ls_omp_global {
     int *bind_list;              /* OMP_PROC_BIND per nesting level */
     int n_bind_list;
     int thread_limit;            /* OMP_THREAD_LIMIT */
+    int nteams;                  /* nteams-var (OMP_NUM_TEAMS), 0 = not set */
+    int teams_thread_limit;      /* teams-thread-limit-var, 0 = not set */
     int n_cpus;                  /* CPUs the process may use */
     int places;                  /* OMP_PLACES given: number of places (one per CPU) */
     size_t stacksize;            /* worker stacks, 0 = default */
@@ -88,6 +93,14 @@ extern struct ls_omp_stats ls_omp_stats;
 struct ls_omp_taskgroup {
     struct ls_omp_taskgroup *prev;   /* enclosing group of the same task */
     uint32_t count;                  /* queued or running tasks counted in this group */
+    bool workshare;                  /* opened by a work-sharing construct's reductions */
+    uintptr_t *reductions;           /* task reductions its tasks see (reduction.c) */
+};
+
+/* One depend clause entry: an address, and whether the task writes it. */
+struct ls_omp_dep {
+    uintptr_t addr;
+    bool out;
 };
 
 struct ls_omp_task {
@@ -99,6 +112,20 @@ struct ls_omp_task {
     struct ls_omp_task *next;        /* team queue link */
     uint32_t children;               /* live child tasks (taskwait waits for 0) */
     uint32_t refs;                   /* 1 for running + 1 per live child; heap tasks */
+    struct ls_omp_icv icv;           /* its data environment's ICVs, from its creator */
+    struct ls_omp_team *team;        /* the team it was created in (NULL: none) */
+    uint32_t detach;                 /* detach clause: its body and its event still to end */
+    bool counted;                    /* counted in team->pending until it completes */
+    /* dependences (depend.c), under the parent's dep_lock */
+    struct ls_omp_dep *deps;         /* its depend clauses */
+    uint32_t ndeps;
+    uint32_t npred;                  /* predecessors still to complete */
+    struct ls_omp_task *dep_next;    /* the parent's list of live children with deps */
+    struct ls_omp_task **succ;       /* tasks waiting for this one */
+    uint32_t nsucc, succ_cap;
+    bool waiter;                     /* a construct's stack waiter, never queued */
+    uint32_t dep_lock;               /* as a parent: guards dep_list and its children's */
+    struct ls_omp_task *dep_list;
     bool final;
     bool heap;                       /* allocated by task.c and freed at refs == 0 */
 };
@@ -122,6 +149,8 @@ struct ls_omp_ws {
     void *copy;             /* single copyprivate: the winner's data */
     uint32_t copy_ready;
     void *mem;              /* GOMP_loop_start's team-shared memory */
+    uintptr_t *task_red;    /* the first thread's task reductions (reduction.c) */
+    struct ls_omp_doacross *doacross; /* ordered(n) loops' posted iterations (doacross.c) */
     size_t mem_size;
 };
 
@@ -150,6 +179,8 @@ struct ls_omp_ctx {
     bool chunk_held;
     struct ls_omp_task *task;   /* the task it is running */
     struct ls_omp_icv icv;
+    int league_num;             /* teams: this thread's team in the league */
+    int league_size;            /* teams in the league, 0 outside a teams region */
 };
 
 
@@ -165,6 +196,8 @@ struct ls_omp_team {
     int n;                          /* team size */
     int level, active_level;
     int parent_tid;                 /* the master's number in the enclosing team */
+    int league_num, league_size;    /* the master's teams region, for every member */
+    struct ls_omp_taskgroup *implicit_group; /* the implicit tasks start in it, or NULL */
     struct ls_omp_team *parent;     /* the enclosing team, NULL at level 1 */
     uint64_t base;                  /* count when the region started */
     uint32_t ws_base;               /* work-share count at the region's start */
@@ -199,6 +232,8 @@ struct ls_omp_thread {
     struct ls_omp_task implicit;    /* this thread's implicit task in its team */
     struct ls_omp_pool *pool;       /* initial threads: the pool they own */
     struct ls_omp_team *serial_free;/* cached serial teams */
+    struct ls_omp_taskgroup *fork_group; /* for the next fork's implicit tasks */
+    unsigned orphan_section, orphan_sections; /* sections outside any region: last given, count */
     int initialized;
 };
 
@@ -224,6 +259,8 @@ static inline struct ls_omp_thread *ls_omp_thr(void)
 void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags,
                  int preinit_sched, uint64_t start, uint64_t count, uint64_t incr, uint64_t chunk);
 void ls_omp_join(void);
+/* The size a region forked now would have at most. */
+int ls_omp_team_size(struct ls_omp_thread *t, unsigned num_threads);
 void ls_omp_pause_pool(void);
 
 /* barrier.c */
@@ -240,6 +277,8 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
 /* Wake the team's parked waiters (a task was queued, or the last one finished). */
 void ls_omp_ring(struct ls_omp_team *team);
 void ls_omp_init_wait(struct ls_omp_team *team);
+/* A team of one: wait until the detached tasks it ran have been fulfilled. */
+void ls_omp_wait_detached(struct ls_omp_team *team);
 
 /* work.c */
 void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,
@@ -255,18 +294,56 @@ void ls_omp_loop_enter(struct ls_omp_thread *t, int sched, uint64_t start, uint6
 bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi);
 void ls_omp_ordered_release(struct ls_omp_thread *t);
 int ls_omp_resolve_sched(int sched, long *chunk, const struct ls_omp_icv *icv);
+/* Enter a loop from start to end by incr (is == NULL: only enter), the first chunk's
+ * values into *is, *ie; sched 0 is runtime. */
+bool ls_omp_start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
+                       long *is, long *ie, void **mem);
+bool ls_omp_start_ull(int sched, bool ordered, bool up, unsigned long long start,
+                      unsigned long long end, unsigned long long incr, unsigned long long chunk,
+                      unsigned long long *is, unsigned long long *ie, void **mem);
 
 /* task.c */
 bool ls_omp_run_one_task(struct ls_omp_thread *t);
 void ls_omp_taskwait(struct ls_omp_thread *t);
+void GOMP_taskgroup_start(void);
+void GOMP_taskgroup_end(void);
+void GOMP_taskgroup_reduction_register(uintptr_t *data);
+
+/* reduction.c: a work-sharing construct's task reductions, once this thread is in it */
+void ls_omp_ws_reductions(struct ls_omp_thread *t, uintptr_t *reductions);
+
+/* Queue a deferred task that may run now; run one queued child of this thread's task. */
+void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task);
+bool ls_omp_run_child(struct ls_omp_thread *t);
+
+/* depend.c: a clause list's entries (counted when deps is NULL); link x after its
+ * conflicting live siblings (listed: as a predecessor of later ones too), returning
+ * how many it waits for; a task with deps completed; wait for the tasks a construct
+ * with these depend clauses depends on. */
+uint32_t ls_omp_deps_parse(void **depend, struct ls_omp_dep *deps);
+uint32_t ls_omp_deps_link(struct ls_omp_task *parent, struct ls_omp_task *x, bool listed);
+void ls_omp_deps_done(struct ls_omp_task *task);
+void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend);
+void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *), long arg_size,
+               long arg_align, bool if_clause, unsigned flags, void **depend, int priority,
+               void *detach);
 
 /* env.c */
 void ls_omp_env_init(void);
 void ls_omp_display_env(int verbose);
 void ls_omp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_omp_active_threads_add(int delta);
+/* Count up to want threads (a team's size, its master included) into the threads in
+ * regions, within limit for a nested region; returns how many were counted (>= 1). */
+int ls_omp_threads_reserve(int want, bool nested, int limit);
 int ls_omp_active_threads(void);
 void ls_omp_active_threads_reset(void);
+
+/* alloc.c: an allocator from a memory space and traits (omp_init_allocator), and from
+ * OMP_ALLOCATOR's text (0, or -1 when malformed) */
+uintptr_t ls_omp_allocator_make(uintptr_t memspace, int ntraits, const void *traits);
+int ls_omp_allocator_parse(const char *s, uintptr_t *out);
+const char *ls_omp_allocator_name(uintptr_t a);
 
 /* sync.c: the unnamed critical and atomic locks free again (a forked child) */
 void ls_omp_locks_reset(void);

@@ -11,16 +11,19 @@
 static unsigned sections_next(struct ls_omp_thread *t)
 {
     uint64_t lo, hi;
-    if (!t->c.team)
-        return 0;
+    if (!t->c.team) /* orphaned: this thread runs every section, in order */
+        return t->orphan_section < t->orphan_sections ? ++t->orphan_section : 0u;
     return ls_omp_loop_next(t, &lo, &hi) ? (unsigned)lo + 1u : 0u;
 }
 
 static unsigned sections_start(unsigned count, void **mem)
 {
     struct ls_omp_thread *t = ls_omp_thr();
-    if (!t->c.team) /* orphaned: this thread runs them all, one by one */
-        return count ? 1u : 0u;
+    if (!t->c.team) { /* orphaned: this thread runs them all, one by one */
+        t->orphan_section = 0;
+        t->orphan_sections = count;
+        return sections_next(t);
+    }
     ls_omp_loop_enter(t, LS_SCHED_DYNAMIC, 1, count, 1, 1, mem);
     return sections_next(t);
 }
@@ -32,9 +35,10 @@ LS_OMP_EXPORT unsigned GOMP_sections_start(unsigned count)
 
 LS_OMP_EXPORT unsigned GOMP_sections2_start(unsigned count, uintptr_t *reductions, void **mem)
 {
+    unsigned first = sections_start(count, mem);
     if (reductions)
-        ls_omp_unsupported("GOMP_sections2_start (task reductions)");
-    return sections_start(count, mem);
+        ls_omp_ws_reductions(ls_omp_thr(), reductions);
+    return first;
 }
 
 LS_OMP_EXPORT unsigned GOMP_sections_next(void)

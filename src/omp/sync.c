@@ -95,10 +95,16 @@ struct nest_lock25 {
     uintptr_t owner_and_count;
 };
 
-/* a nonzero identity per thread */
+/* a nonzero identity per thread (OpenMP 2.5 nestable locks are owned by threads) */
 static void *self_id(void)
 {
     return &ls_omp_self;
+}
+
+/* the owner of an OpenMP 3.0 nestable lock: the task that set it */
+static void *task_id(void)
+{
+    return ls_omp_thr()->c.task;
 }
 
 #define SYMVER(impl, name, ver) __asm__(".symver " #impl "," #name ver)
@@ -123,7 +129,7 @@ LS_OMP_EXPORT void ls_destroy_nest_lock30(struct nest_lock30 *l) { (void)l; }
 
 LS_OMP_EXPORT int ls_test_nest_lock30(struct nest_lock30 *l)
 {
-    void *me = self_id();
+    void *me = task_id();
     if (__atomic_load_n(&l->owner, __ATOMIC_RELAXED) == me)
         return ++l->count;
     if (!mutex_try(&l->lock))
@@ -134,7 +140,7 @@ LS_OMP_EXPORT int ls_test_nest_lock30(struct nest_lock30 *l)
 
 LS_OMP_EXPORT void ls_set_nest_lock30(struct nest_lock30 *l)
 {
-    void *me = self_id();
+    void *me = task_id();
     if (__atomic_load_n(&l->owner, __ATOMIC_RELAXED) == me) {
         l->count++;
         return;
@@ -201,98 +207,3 @@ SYMVER(ls_destroy_nest_lock25, omp_destroy_nest_lock, "@OMP_1.0");
 SYMVER(ls_set_nest_lock25, omp_set_nest_lock, "@OMP_1.0");
 SYMVER(ls_unset_nest_lock25, omp_unset_nest_lock, "@OMP_1.0");
 SYMVER(ls_test_nest_lock25, omp_test_nest_lock, "@OMP_1.0");
-
-/* ---- memory ------------------------------------------------------------------------------- */
-
-/* The predefined allocators all allocate from the heap here (there is one memory
- * space); omp_init_allocator answers omp_null_allocator, which the spec allows. */
-static void *alloc_aligned(size_t align, size_t size)
-{
-    void *p = NULL;
-    if (align < sizeof(void *))
-        align = sizeof(void *);
-    if (align & (align - 1))
-        return NULL;
-    if (posix_memalign(&p, align, size ? size : 1) != 0)
-        return NULL;
-    return p;
-}
-
-LS_OMP_EXPORT void *GOMP_alloc(size_t align, size_t size, uintptr_t allocator)
-{
-    (void)allocator;
-    void *p = alloc_aligned(align, size);
-    if (!p)
-        ls_omp_unsupported("GOMP_alloc (out of memory, the allocate directive's fallback "
-                           "is abort)");
-    return p;
-}
-
-LS_OMP_EXPORT void GOMP_free(void *ptr, uintptr_t allocator)
-{
-    (void)allocator;
-    free(ptr);
-}
-
-LS_OMP_EXPORT void *omp_alloc(size_t size, uintptr_t allocator)
-{
-    (void)allocator;
-    return alloc_aligned(sizeof(void *) * 2, size);
-}
-
-LS_OMP_EXPORT void *omp_aligned_alloc(size_t align, size_t size, uintptr_t allocator)
-{
-    (void)allocator;
-    return alloc_aligned(align, size);
-}
-
-LS_OMP_EXPORT void *omp_calloc(size_t n, size_t size, uintptr_t allocator)
-{
-    (void)allocator;
-    if (size && n > SIZE_MAX / size)
-        return NULL;
-    void *p = alloc_aligned(sizeof(void *) * 2, n * size);
-    if (p)
-        memset(p, 0, n * size);
-    return p;
-}
-
-LS_OMP_EXPORT void *omp_aligned_calloc(size_t align, size_t n, size_t size, uintptr_t allocator)
-{
-    (void)allocator;
-    if (size && n > SIZE_MAX / size)
-        return NULL;
-    void *p = alloc_aligned(align, n * size);
-    if (p)
-        memset(p, 0, n * size);
-    return p;
-}
-
-LS_OMP_EXPORT void *omp_realloc(void *ptr, size_t size, uintptr_t allocator,
-                                uintptr_t free_allocator)
-{
-    (void)allocator;
-    (void)free_allocator;
-    return realloc(ptr, size);
-}
-
-LS_OMP_EXPORT void omp_free(void *ptr, uintptr_t allocator)
-{
-    (void)allocator;
-    free(ptr);
-}
-
-LS_OMP_EXPORT uintptr_t omp_init_allocator(uintptr_t memspace, int ntraits, const void *traits)
-{
-    (void)memspace;
-    (void)ntraits;
-    (void)traits;
-    return 0; /* omp_null_allocator: no custom allocators */
-}
-
-LS_OMP_EXPORT void omp_destroy_allocator(uintptr_t allocator) { (void)allocator; }
-
-static __thread uintptr_t default_allocator = 1; /* omp_default_mem_alloc */
-
-LS_OMP_EXPORT void omp_set_default_allocator(uintptr_t a) { default_allocator = a ? a : 1; }
-LS_OMP_EXPORT uintptr_t omp_get_default_allocator(void) { return default_allocator; }

@@ -33,6 +33,7 @@
 #define F_NOGROUP (1u << 11)
 #define F_REDUCTION (1u << 12)
 #define F_DETACH (1u << 13)
+#define F_STRICT (1u << 14) /* grainsize(strict:) and num_tasks(strict:) */
 
 static void queue_lock(struct ls_omp_team *team)
 {
@@ -52,17 +53,18 @@ static void task_release(struct ls_omp_task *task)
         free(task);
 }
 
-/* Run a task on this thread, then retire it. */
-static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool deferred)
+/* A task is complete: its parent, its taskgroup and the team's barrier stop waiting
+ * for it. Called by the thread that ran it, or, for a detached task, by whichever of
+ * its body and omp_fulfill_event ends last (that may be a thread of no team). */
+static void complete_task(struct ls_omp_task *task)
 {
-    struct ls_omp_task *saved = t->c.task;
-    t->c.task = task;
-    task->fn(task->data);
-    t->c.task = saved;
     LS_OMP_COUNT(tasks, 1);
     struct ls_omp_task *parent = task->parent;
     struct ls_omp_taskgroup *group = task->group;
-    struct ls_omp_team *team = t->c.team;
+    struct ls_omp_team *team = task->team;
+    bool counted = task->counted;
+    if (task->ndeps)
+        ls_omp_deps_done(task); /* its successors may start */
     if (group)
         ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
     if (parent) {
@@ -71,8 +73,32 @@ static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool def
     }
     task_release(task);
     /* the last pending task: a barrier may now complete */
-    if (deferred && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
+    if (counted && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
         ls_omp_ring(team);
+}
+
+/* Run a task on this thread, then retire it (a detached task: once fulfilled too). */
+static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task)
+{
+    struct ls_omp_task *saved = t->c.task;
+    struct ls_omp_icv icv = t->c.icv; /* the task's ICVs are its own: a change in it stays there */
+    t->c.task = task;
+    t->c.icv = task->icv;
+    task->fn(task->data);
+    t->c.task = saved;
+    t->c.icv = icv;
+    if (task->detach && ls_fetch_add(&task->detach, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
+        return; /* its event completes it */
+    complete_task(task);
+}
+
+LS_OMP_EXPORT void omp_fulfill_event(uintptr_t event)
+{
+    struct ls_omp_task *task = (struct ls_omp_task *)event;
+    if (!task)
+        return;
+    if (ls_fetch_add(&task->detach, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+        complete_task(task);
 }
 
 /* Take the first queued task that `want` accepts (NULL accepts any). */
@@ -102,13 +128,22 @@ bool ls_omp_run_one_task(struct ls_omp_thread *t)
     struct ls_omp_task *task = take(team, NULL, NULL);
     if (!task)
         return false;
-    run_task(t, task, true);
+    run_task(t, task);
     return true;
 }
 
 static bool is_child(const struct ls_omp_task *task, const void *parent)
 {
     return task->parent == parent;
+}
+
+bool ls_omp_run_child(struct ls_omp_thread *t)
+{
+    struct ls_omp_team *team = t->c.team;
+    struct ls_omp_task *task = team && team->pool ? take(team, is_child, t->c.task) : NULL;
+    if (task)
+        run_task(t, task);
+    return task != NULL;
 }
 
 /* Until *count is 0, run queued tasks that `want` accepts; between tries, wait for the
@@ -122,7 +157,7 @@ static void run_until_zero(struct ls_omp_thread *t, uint32_t *count,
         uint32_t seen = team ? ls_load_acquire(&team->queued) : 0;
         struct ls_omp_task *task = team ? take(team, want, arg) : NULL;
         if (task)
-            run_task(t, task, true);
+            run_task(t, task);
         else
             LS_OMP_SPIN_UNTIL(ls_load_acquire(count) == 0 ||
                               (team && ls_load_acquire(&team->queued) != seen));
@@ -155,6 +190,7 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
     task->inner = task->group;
     task->final = final;
     task->children = 0;
+    task->icv = t->c.icv;
     ls_fetch_add(&parent->children, 1u, __ATOMIC_RELAXED);
     if (parent->heap)
         ls_fetch_add(&parent->refs, 1u, __ATOMIC_RELAXED);
@@ -162,14 +198,29 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
         ls_fetch_add(&task->group->count, 1u, __ATOMIC_RELAXED);
 }
 
+void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task)
+{
+    queue_lock(team);
+    task->next = team->queue;
+    team->queue = task;
+    uint32_t was = ls_fetch_add(&team->queued, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
+    queue_unlock(team);
+    if (was == 0) /* waiters park only on an empty queue */
+        ls_omp_ring(team);
+}
+
+/* depend: the task's depend clauses, for a deferred task of a team of several (it waits
+ * for its predecessors); NULL otherwise. */
 static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
-                        long arg_size, long arg_align, bool deferrable, bool final)
+                        long arg_size, long arg_align, bool deferrable, bool final,
+                        uintptr_t *detach, void **depend)
 {
     struct ls_omp_thread *t = ls_omp_thr();
     struct ls_omp_team *team = t->c.team;
     bool defer = deferrable && team && team->n > 1 &&
-                 ls_load_relaxed(&team->queued) < LS_OMP_TASKS_PER_THREAD * (unsigned)team->n;
-    if (!defer && (!team || team->n == 1)) {
+                 (depend || ls_load_relaxed(&team->queued) <
+                                LS_OMP_TASKS_PER_THREAD * (unsigned)team->n);
+    if (!defer && (!team || team->n == 1) && !detach) {
         /* a team of one: everything runs here and now, children included, so the
          * task can live on this stack */
         struct ls_omp_task task;
@@ -182,10 +233,12 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
             task.data = copy_at(buf, arg_align);
             cpyfn(task.data, data);
         }
-        run_task(t, &task, false);
+        run_task(t, &task);
         return;
     }
-    struct ls_omp_task *task = malloc(sizeof *task + copy_room(arg_size, arg_align));
+    uint32_t ndeps = depend ? ls_omp_deps_parse(depend, NULL) : 0;
+    size_t deps_room = ndeps * sizeof(struct ls_omp_dep);
+    struct ls_omp_task *task = malloc(sizeof *task + deps_room + copy_room(arg_size, arg_align));
     if (!task) {
         ls_omp_warn("out of memory for a task");
         abort();
@@ -194,24 +247,47 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     task->heap = true;
     task->refs = 1;
     task->fn = fn;
-    task->data = copy_at(task + 1, arg_align);
+    task->team = team;
+    if (ndeps) {
+        task->deps = (struct ls_omp_dep *)(task + 1);
+        task->ndeps = ls_omp_deps_parse(depend, task->deps);
+    }
+    task->data = copy_at((char *)(task + 1) + deps_room, arg_align);
+    if (detach) {
+        /* the event is the task: its handle goes to the clause's variable and to the
+         * data's first word, where the body reads it, before the data is copied */
+        task->detach = 2u;
+        *detach = (uintptr_t)task;
+        if (data)
+            *(uintptr_t *)data = (uintptr_t)task;
+    }
     if (cpyfn)
         cpyfn(task->data, data);
     else if (arg_size > 0)
         memcpy(task->data, data, (size_t)arg_size);
     link_task(t, task, final);
     if (!defer) {
-        run_task(t, task, false);
+        /* a detached task run at once by a team of one may end after this: the team's
+         * barriers wait for it; run undeferred (if(0)), its creator waits for it here */
+        task->counted = detach && team && deferrable;
+        if (task->counted)
+            ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
+        if (detach && !deferrable)
+            ls_fetch_add(&task->refs, 1u, __ATOMIC_RELAXED); /* held for the wait below */
+        run_task(t, task);
+        if (detach && !deferrable) {
+            while (ls_load_acquire(&task->detach) != 0)
+                if (!ls_omp_run_one_task(t))
+                    sched_yield();
+            task_release(task);
+        }
         return;
     }
+    task->counted = true;
     ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
-    queue_lock(team);
-    task->next = team->queue;
-    team->queue = task;
-    uint32_t was = ls_fetch_add(&team->queued, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
-    queue_unlock(team);
-    if (was == 0) /* waiters park only on an empty queue */
-        ls_omp_ring(team);
+    /* with predecessors, the last of them to complete queues it */
+    if (!ndeps || ls_omp_deps_link(t->c.task, task, true) == 0)
+        ls_omp_task_enqueue(team, task);
 }
 
 LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
@@ -219,18 +295,20 @@ LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void 
                              void **depend, int priority, void *detach)
 {
     (void)priority;
-    (void)detach;
     struct ls_omp_thread *t = ls_omp_thr();
-    if (flags & F_DETACH)
-        ls_omp_unsupported("GOMP_task (detach clause)");
     /* inside a final task every task is included: undeferred, and final itself */
     bool included = t->c.task->final;
-    if ((flags & F_DEPEND) && depend) {
-        ls_omp_taskwait(t); /* every earlier sibling has finished */
+    struct ls_omp_team *team = t->c.team;
+    bool graph = (flags & F_DEPEND) && depend && if_clause && !included && team &&
+                 team->n > 1 && team->pool;
+    if ((flags & F_DEPEND) && depend && !graph) {
+        /* run now, once its predecessors have completed */
+        ls_omp_wait_depend(t, depend);
         if_clause = false;
     }
     create_task(fn, data, cpyfn, arg_size, arg_align, if_clause && !included,
-                included || (flags & F_FINAL));
+                included || (flags & F_FINAL), (flags & F_DETACH) ? (uintptr_t *)detach : NULL,
+                graph ? depend : NULL);
 }
 
 LS_OMP_EXPORT void GOMP_taskwait(void)
@@ -240,8 +318,7 @@ LS_OMP_EXPORT void GOMP_taskwait(void)
 
 LS_OMP_EXPORT void GOMP_taskwait_depend(void **depend)
 {
-    (void)depend;
-    ls_omp_taskwait(ls_omp_thr());
+    ls_omp_wait_depend(ls_omp_thr(), depend);
 }
 
 LS_OMP_EXPORT void GOMP_taskyield(void)
@@ -268,6 +345,7 @@ LS_OMP_EXPORT void GOMP_taskgroup_start(void)
         abort();
     }
     g->prev = t->c.task->inner;
+    g->reductions = g->prev ? g->prev->reductions : NULL;
     t->c.task->inner = g;
 }
 
@@ -291,17 +369,23 @@ static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void 
                      uint64_t start, uint64_t end, uint64_t step, bool up, bool is_long)
 {
     struct ls_omp_thread *t = ls_omp_thr();
-    if (flags & F_REDUCTION)
-        ls_omp_unsupported("GOMP_taskloop (reduction clause)");
     uint64_t span = up ? end - start : start - end;
     uint64_t stride = up ? step : 0u - step;
     bool empty = is_long ? (up ? (int64_t)start >= (int64_t)end : (int64_t)start <= (int64_t)end)
                          : (up ? start >= end : start <= end);
-    if (empty || stride == 0)
+    if (empty || stride == 0) {
+        /* no task: the compiler's code learns from d[2] = 0 that nothing registered */
+        if ((flags & (F_REDUCTION | F_NOGROUP)) == F_REDUCTION)
+            ((uintptr_t **)data)[2][2] = 0;
         return;
+    }
     uint64_t iters = span / stride + (span % stride != 0);
-    uint64_t ntasks;
-    if (flags & F_GRAINSIZE)
+    uint64_t ntasks, strict_len = 0;
+    if ((flags & F_GRAINSIZE) && (flags & F_STRICT) && num_tasks) {
+        /* every task has exactly the grain, the last one the rest */
+        strict_len = num_tasks;
+        ntasks = iters / num_tasks + (iters % num_tasks != 0);
+    } else if (flags & F_GRAINSIZE)
         ntasks = num_tasks ? iters / num_tasks : iters;
     else if (num_tasks)
         ntasks = num_tasks;
@@ -311,8 +395,11 @@ static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void 
         ntasks = 1;
     if (ntasks > iters)
         ntasks = iters;
-    if (!(flags & F_NOGROUP))
+    if (!(flags & F_NOGROUP)) {
         GOMP_taskgroup_start();
+        if (flags & F_REDUCTION) /* the data starts {first, past-the-end, reductions} */
+            GOMP_taskgroup_reduction_register(((uintptr_t **)data)[2]);
+    }
     bool final = t->c.task->final;
     char *buf = malloc(copy_room(arg_size, arg_align));
     if (!buf) {
@@ -322,7 +409,7 @@ static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void 
     void *copy = copy_at(buf, arg_align);
     uint64_t q = iters / ntasks, r = iters % ntasks, first = 0;
     for (uint64_t k = 0; k < ntasks; k++) {
-        uint64_t len = q + (k < r);
+        uint64_t len = strict_len ? (k + 1 < ntasks ? strict_len : iters - first) : q + (k < r);
         if (cpyfn)
             cpyfn(copy, data);
         else
@@ -337,7 +424,8 @@ static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void 
         }
         first += len;
         /* the copy is complete: no further copy function */
-        create_task(fn, copy, NULL, arg_size, arg_align, (flags & F_IF) && !final, final);
+        create_task(fn, copy, NULL, arg_size, arg_align, (flags & F_IF) && !final, final, NULL,
+                    NULL);
     }
     free(buf);
     if (!(flags & F_NOGROUP))

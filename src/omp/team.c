@@ -38,6 +38,8 @@ struct ls_omp_pool {
     int cur_n;                      /* team size the in-team workers are at the join of */
     int exiting;
     unsigned fork_gen;
+    bool busy;                      /* its team runs a region now */
+    struct ls_omp_pool *next;       /* the same thread's next pool */
     lockstep_wait_t idle_wait;
 };
 
@@ -59,6 +61,9 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
     t->c.chunk_held = false;
     t->c.task = implicit;
     t->c.icv = team->icv;
+    implicit->inner = team->implicit_group;
+    t->c.league_num = team->league_num;
+    t->c.league_size = team->league_size;
     if (team->preinit) { /* a combined loop: its construct is set up and entered */
         t->c.ws = &team->ring[team->ws_base % LS_OMP_WS_RING];
         t->c.ws_count = team->ws_base + 1u;
@@ -106,11 +111,8 @@ static void *worker_main(void *arg)
     }
 }
 
-static void pool_free(void *arg)
+static void pool_free(struct ls_omp_pool *pool)
 {
-    struct ls_omp_pool *pool = arg;
-    if (!pool || pool->fork_gen != ls_fork_gen())
-        return;
     struct ls_omp_team *team = &pool->team;
     ls_store_release(&pool->exiting, 1);
     if (pool->cur_n > 1)
@@ -126,23 +128,43 @@ static void pool_free(void *arg)
     }
     free(pool->workers);
     free(team->slots);
-    for (unsigned i = 0; i < LS_OMP_WS_RING; i++)
+    for (unsigned i = 0; i < LS_OMP_WS_RING; i++) {
         free(team->ring[i].mem);
+        free(team->ring[i].doacross);
+    }
     free(pool);
+}
+
+/* a thread's pools, one per nesting level it has been a master at (the key's destructor) */
+static void pools_free(void *arg)
+{
+    struct ls_omp_pool *pool = arg;
+    if (!pool || pool->fork_gen != ls_fork_gen())
+        return;
+    while (pool) {
+        struct ls_omp_pool *next = pool->next;
+        pool_free(pool);
+        pool = next;
+    }
 }
 
 static void make_key(void)
 {
-    pthread_key_create(&pool_key, pool_free);
+    pthread_key_create(&pool_key, pools_free);
 }
 
+/* The pool this thread forks a region on: its first one not running a region. A
+ * master of nested regions (or of a target region's regions inside its own region)
+ * has one per level it is a master at, since the outer regions' teams are in use;
+ * the same nesting finds the same pool, so a member is the same OS thread again. */
 static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
 {
     struct ls_omp_pool *pool = t->pool;
-    if (pool && pool->fork_gen == ls_fork_gen())
-        return pool;
-    /* none yet, or a copy left from the parent of this forked child: its workers stay
-     * behind in the parent, so the child starts a pool of its own */
+    if (pool && pool->fork_gen != ls_fork_gen())
+        pool = t->pool = NULL; /* a forked child's copy: the workers stay in the parent */
+    for (; pool; pool = pool->next)
+        if (!pool->busy)
+            return pool;
     pthread_once(&pool_once, make_key);
     ls_fork_watch();
     if (posix_memalign((void **)&pool, LOCKSTEP_CACHELINE, sizeof *pool) != 0)
@@ -159,8 +181,12 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     pool->fork_gen = ls_fork_gen();
     ls_omp_init_wait(&pool->team);
     lockstep_wait_init(&pool->idle_wait, ls_omp_g.wait_policy, 2, 0);
-    t->pool = pool;
-    pthread_setspecific(pool_key, pool);
+    /* appended: the pools of the outer levels come first */
+    struct ls_omp_pool **tail = &t->pool;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = pool;
+    pthread_setspecific(pool_key, t->pool);
     return pool;
 }
 
@@ -244,17 +270,18 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
 
 /* ---- fork and join ------------------------------------------------------------------ */
 
-static int team_size(struct ls_omp_thread *t, unsigned num_threads)
+int ls_omp_team_size(struct ls_omp_thread *t, unsigned num_threads)
 {
     struct ls_omp_team *cur = t->c.team;
     int active = cur ? cur->active_level : 0;
-    if (active >= 1 || active >= t->c.icv.max_active_levels)
-        return 1; /* one active level: nested regions are serialised */
+    if (active >= t->c.icv.max_active_levels)
+        return 1; /* past max-active-levels a region is inactive */
     long n = num_threads ? (long)num_threads : t->c.icv.nthreads;
-    if (t->c.icv.dyn && n > ls_omp_g.n_cpus)
-        n = ls_omp_g.n_cpus;
-    if (n > ls_omp_g.thread_limit)
-        n = ls_omp_g.thread_limit;
+    /* dyn-var: the threads already in regions count against the CPUs; a nested
+     * region's master is one of them */
+    long busy = cur ? ls_omp_active_threads() - 1 : 0;
+    if (t->c.icv.dyn && n > ls_omp_g.n_cpus - busy)
+        n = ls_omp_g.n_cpus - busy;
     if (n > LS_OMP_MAX_THREADS)
         n = LS_OMP_MAX_THREADS;
     return n < 1 ? 1 : (int)n;
@@ -293,25 +320,40 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
                  uint64_t chunk)
 {
     struct ls_omp_thread *t = ls_omp_thr();
-    int n = team_size(t, num_threads);
+    int n = ls_omp_team_size(t, num_threads);
     struct ls_omp_pool *pool = NULL;
     struct ls_omp_team *team;
+    struct ls_omp_team *outer = t->c.team;
+    int level = (outer ? outer->level : 0) + 1;
+    int counted = 0; /* threads this region adds to those in regions */
+    if (n > 1) {
+        n = ls_omp_threads_reserve(n, outer != NULL, t->c.icv.thread_limit);
+        counted = outer ? n - 1 : n;
+    }
     if (n > 1 && (pool = pool_get(t)) != NULL) {
-        n = pool_grow(pool, n);
+        int got = pool_grow(pool, n);
+        ls_omp_active_threads_add(got - n);
+        counted -= n - got;
+        n = got;
         if (n == 1)
             pool = NULL;
     }
-    team = pool ? &pool->team : serial_team(t);
-    if (!pool)
+    if (!pool) {
+        ls_omp_active_threads_add(-counted);
         n = 1;
+    }
+    team = pool ? &pool->team : serial_team(t);
     LS_OMP_COUNT(regions, 1);
 
-    struct ls_omp_team *outer = t->c.team;
     team->fn = fn;
     team->data = data;
     team->parent = outer;
     team->parent_tid = outer ? t->c.tid : 0;
-    team->level = (outer ? outer->level : 0) + 1;
+    team->implicit_group = t->fork_group;
+    t->fork_group = NULL;
+    team->league_num = t->c.league_num;
+    team->league_size = t->c.league_size;
+    team->level = level;
     team->active_level = (outer ? outer->active_level : 0) + (n > 1);
     region_icv(t, team); /* flags' proc_bind is not used: workers are bound when made */
     team->master_saved = t->c;
@@ -327,7 +369,6 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
     }
     if (pool) {
         int old = pool->cur_n;
-        ls_omp_active_threads_add(n);
         if (old > 1) {
             /* the join's episode: the master's arrival completes it (below) */
             ls_store_relaxed(&team->leaving, old > n ? (uint32_t)(old - n) : 0u);
@@ -336,6 +377,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
             team->base = ls_load_relaxed(&team->count);
         }
         team->n = n;
+        pool->busy = true;
         if (old > 1)
             master_arrives(team);
         for (int i = old > 1 ? old : 1; i < n; i++) {
@@ -360,10 +402,14 @@ void ls_omp_join(void)
         /* the gather: every worker has arrived at the episode the master's next
          * arrival (the next fork) completes */
         ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
-        ls_omp_active_threads_add(-team->n);
-    } /* a team of one ran its tasks where they were created */
+        ls_omp_active_threads_add(team->parent ? 1 - team->n : -team->n);
+    } else { /* a team of one ran its tasks where created; detached ones may still wait */
+        ls_omp_wait_detached(team);
+    }
     t->c = team->master_saved;
-    if (!team->pool) {
+    if (team->pool)
+        team->pool->busy = false;
+    else {
         team->next_free = t->serial_free;
         t->serial_free = team;
     }
@@ -375,7 +421,7 @@ void ls_omp_pause_pool(void)
     if (t->c.team || !t->pool)
         return;
     pthread_setspecific(pool_key, NULL);
-    pool_free(t->pool);
+    pools_free(t->pool);
     t->pool = NULL;
 }
 

@@ -34,6 +34,9 @@ void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t co
     ws->n_chunks = chunk ? count / chunk + (count % chunk != 0) : 0;
     ws->copy = NULL;
     ws->copy_ready = 0;
+    ws->task_red = NULL;
+    free(ws->doacross); /* the slot's previous construct: every thread has left it */
+    ws->doacross = NULL;
     ls_store_relaxed(&ws->next, 0u);
     ls_store_relaxed(&ws->ordered_next, 0u);
     ls_store_relaxed(&ws->remaining, (uint32_t)n);
@@ -342,7 +345,7 @@ static bool start_values(int sched, bool ordered, uint64_t start, uint64_t end, 
     return true;
 }
 
-static bool start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
+bool ls_omp_start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
                        long *istart, long *iend, void **mem)
 {
     uint64_t vs = 0, ve = 0;
@@ -356,7 +359,7 @@ static bool start_long(int sched, bool ordered, long start, long end, long incr,
     return true;
 }
 
-static bool start_ull(int sched, bool ordered, bool up, unsigned long long start,
+bool ls_omp_start_ull(int sched, bool ordered, bool up, unsigned long long start,
                       unsigned long long end, unsigned long long incr, unsigned long long chunk,
                       unsigned long long *istart, unsigned long long *iend, void **mem)
 {
@@ -378,7 +381,7 @@ static bool start_ull(int sched, bool ordered, bool up, unsigned long long start
     LS_OMP_EXPORT bool GOMP_loop_##name##_start(long s, long e, long inc, long ch, long *is,    \
                                                 long *ie)                                      \
     {                                                                                           \
-        return start_long(sched, false, s, e, inc, ch, is, ie, NULL);                          \
+        return ls_omp_start_long(sched, false, s, e, inc, ch, is, ie, NULL);                          \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_##name##_next(long *is, long *ie) { return next_long(is, ie); } \
     LS_OMP_EXPORT bool GOMP_loop_ull_##name##_start(bool up, unsigned long long s,              \
@@ -387,7 +390,7 @@ static bool start_ull(int sched, bool ordered, bool up, unsigned long long start
                                                     unsigned long long *is,                      \
                                                     unsigned long long *ie)                      \
     {                                                                                           \
-        return start_ull(sched, false, up, s, e, inc, ch, is, ie, NULL);                       \
+        return ls_omp_start_ull(sched, false, up, s, e, inc, ch, is, ie, NULL);                       \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_ull_##name##_next(unsigned long long *is, unsigned long long *ie) \
     {                                                                                           \
@@ -398,7 +401,7 @@ static bool start_ull(int sched, bool ordered, bool up, unsigned long long start
     LS_OMP_EXPORT bool GOMP_loop_ordered_##name##_start(long s, long e, long inc, long ch,      \
                                                         long *is, long *ie)                    \
     {                                                                                           \
-        return start_long(sched, true, s, e, inc, ch, is, ie, NULL);                           \
+        return ls_omp_start_long(sched, true, s, e, inc, ch, is, ie, NULL);                           \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_ordered_##name##_next(long *is, long *ie)                      \
     {                                                                                           \
@@ -408,7 +411,7 @@ static bool start_ull(int sched, bool ordered, bool up, unsigned long long start
         bool up, unsigned long long s, unsigned long long e, unsigned long long inc,            \
         unsigned long long ch, unsigned long long *is, unsigned long long *ie)                  \
     {                                                                                           \
-        return start_ull(sched, true, up, s, e, inc, ch, is, ie, NULL);                        \
+        return ls_omp_start_ull(sched, true, up, s, e, inc, ch, is, ie, NULL);                        \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_ull_ordered_##name##_next(unsigned long long *is,              \
                                                            unsigned long long *ie)              \
@@ -429,7 +432,7 @@ ORDERED_ENTRIES(guided, LS_SCHED_GUIDED)
 #define RUNTIME_ENTRIES(name, ordered)                                                       \
     LS_OMP_EXPORT bool GOMP_loop_##name##_start(long s, long e, long inc, long *is, long *ie)   \
     {                                                                                           \
-        return start_long(0, ordered, s, e, inc, 0, is, ie, NULL);                             \
+        return ls_omp_start_long(0, ordered, s, e, inc, 0, is, ie, NULL);                             \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_##name##_next(long *is, long *ie) { return next_long(is, ie); } \
     LS_OMP_EXPORT bool GOMP_loop_ull_##name##_start(bool up, unsigned long long s,              \
@@ -437,7 +440,7 @@ ORDERED_ENTRIES(guided, LS_SCHED_GUIDED)
                                                     unsigned long long *is,                      \
                                                     unsigned long long *ie)                      \
     {                                                                                           \
-        return start_ull(0, ordered, up, s, e, inc, 0, is, ie, NULL);                          \
+        return ls_omp_start_ull(0, ordered, up, s, e, inc, 0, is, ie, NULL);                          \
     }                                                                                           \
     LS_OMP_EXPORT bool GOMP_loop_ull_##name##_next(unsigned long long *is, unsigned long long *ie) \
     {                                                                                           \
@@ -453,17 +456,19 @@ RUNTIME_ENTRIES(ordered_runtime, true)
 LS_OMP_EXPORT bool GOMP_loop_start(long s, long e, long inc, long sched, long ch, long *is,
                                    long *ie, uintptr_t *reductions, void **mem)
 {
+    bool more = ls_omp_start_long((int)(sched & 0x7fffffff), false, s, e, inc, ch, is, ie, mem);
     if (reductions)
-        ls_omp_unsupported("GOMP_loop_start (task reductions)");
-    return start_long((int)(sched & 0x7fffffff), false, s, e, inc, ch, is, ie, mem);
+        ls_omp_ws_reductions(ls_omp_thr(), reductions);
+    return more;
 }
 
 LS_OMP_EXPORT bool GOMP_loop_ordered_start(long s, long e, long inc, long sched, long ch,
                                            long *is, long *ie, uintptr_t *reductions, void **mem)
 {
+    bool more = ls_omp_start_long((int)(sched & 0x7fffffff), true, s, e, inc, ch, is, ie, mem);
     if (reductions)
-        ls_omp_unsupported("GOMP_loop_ordered_start (task reductions)");
-    return start_long((int)(sched & 0x7fffffff), true, s, e, inc, ch, is, ie, mem);
+        ls_omp_ws_reductions(ls_omp_thr(), reductions);
+    return more;
 }
 
 LS_OMP_EXPORT bool GOMP_loop_ull_start(bool up, unsigned long long s, unsigned long long e,
@@ -471,9 +476,10 @@ LS_OMP_EXPORT bool GOMP_loop_ull_start(bool up, unsigned long long s, unsigned l
                                        unsigned long long *is, unsigned long long *ie,
                                        uintptr_t *reductions, void **mem)
 {
+    bool more = ls_omp_start_ull((int)(sched & 0x7fffffff), false, up, s, e, inc, ch, is, ie, mem);
     if (reductions)
-        ls_omp_unsupported("GOMP_loop_ull_start (task reductions)");
-    return start_ull((int)(sched & 0x7fffffff), false, up, s, e, inc, ch, is, ie, mem);
+        ls_omp_ws_reductions(ls_omp_thr(), reductions);
+    return more;
 }
 
 LS_OMP_EXPORT bool GOMP_loop_ull_ordered_start(bool up, unsigned long long s,
@@ -482,9 +488,10 @@ LS_OMP_EXPORT bool GOMP_loop_ull_ordered_start(bool up, unsigned long long s,
                                                unsigned long long *is, unsigned long long *ie,
                                                uintptr_t *reductions, void **mem)
 {
+    bool more = ls_omp_start_ull((int)(sched & 0x7fffffff), true, up, s, e, inc, ch, is, ie, mem);
     if (reductions)
-        ls_omp_unsupported("GOMP_loop_ull_ordered_start (task reductions)");
-    return start_ull((int)(sched & 0x7fffffff), true, up, s, e, inc, ch, is, ie, mem);
+        ls_omp_ws_reductions(ls_omp_thr(), reductions);
+    return more;
 }
 
 LS_OMP_EXPORT void GOMP_loop_end_nowait(void)

@@ -48,12 +48,13 @@ TEAM = """
     }
 """
 
-TARGET = """
+OPENACC = """
+    int acc_get_num_devices(int device_type); /* openacc.h's: OpenACC is not implemented */
     int main(void) {
         int x = 0;
-    #pragma omp target map(tofrom : x)
+    #pragma omp parallel
         x = 1;
-        return x;
+        return x + acc_get_num_devices(2);
     }
 """
 
@@ -101,15 +102,15 @@ def test_check_lists_what_a_binary_needs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "GOMP_parallel@GOMP_4.0" in r.stdout and "supported" in r.stdout
     assert r.stdout.strip().endswith("0 not supported, 0 missing")
-    bad = _compile(tmp_path, "target", TARGET)
+    bad = _compile(tmp_path, "openacc", OPENACC)
     r = _run(["omp", "check", bad])
     assert r.returncode == 1
-    line = next(x for x in r.stdout.splitlines() if "GOMP_target_ext" in x)
+    line = next(x for x in r.stdout.splitlines() if "acc_get_num_devices" in x)
     assert "NOT SUPPORTED" in line
     # and running it fails by name, never on the real libgomp
     r = _run(["omp", "run", "--", bad])
     assert r.returncode == 3
-    assert "lockstep-omp: GOMP_target_ext is not supported" in r.stderr
+    assert "lockstep-omp: acc_get_num_devices is not supported" in r.stderr
 
 
 def test_check_refuses_a_file_that_is_not_elf(tmp_path):

@@ -1,4 +1,5 @@
-/* sections and parallel sections: every section runs exactly once. */
+/* sections and parallel sections: every section runs exactly once, in a region and
+ * orphaned (outside any region, where the one thread runs them all). */
 #include <omp.h>
 #include "check.h"
 
@@ -34,7 +35,16 @@ int main(void)
                 b++;
             }
         }
-        CHECK(a == 2 && b == 2 && c == 1 && d == 10);
+#pragma omp sections
+        {
+#pragma omp section
+            a++;
+#pragma omp section
+            b++;
+#pragma omp section
+            c++;
+        }
+        CHECK(a == 3 && b == 3 && c == 2 && d == 10);
         checksum += a + b + c + d;
     }
     printf("ok %ld\n", checksum);

@@ -1,0 +1,154 @@
+/* Task dependences between sibling tasks: depend clauses (in, out, inout,
+ * mutexinoutset, depobj), taskwait depend, and the depend clauses of target constructs.
+ *
+ * A parent task lists its live children that have depend clauses. A new child with
+ * depend clauses becomes a successor of every listed sibling it conflicts with (same
+ * address, and one of the two writes it: out, inout or mutexinoutset, the last treated
+ * as inout, which keeps its mutual exclusion); its count of predecessors says how many
+ * must complete first. It is queued once the count is 0: at creation, or by the
+ * predecessor that completes last. A construct that only waits (taskwait depend, an
+ * undeferred task, a target construct) links a waiter of its own on its stack and
+ * runs its parent's children until the waiter's count is 0.
+ *
+ * Everything above happens under the parent's dep_lock: linking, unlinking at
+ * completion, and the counts. A team of one (or none) queues nothing: there a
+ * construct with depend clauses waits for every earlier sibling instead. */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "omp_impl.h"
+
+/* gcc's depend kinds (include/gomp-constants.h), as a depobj holds them */
+enum { DEP_IN = 1, DEP_OUT = 2, DEP_INOUT = 3, DEP_MUTEXINOUTSET = 4 };
+
+/* The clause list's entries into deps (count them when deps is NULL). The list is
+ * {n, n_out, addresses...} or {0, n, n_out, n_mutexinoutset, n_in, addresses...,
+ * depobjs...}, the addresses grouped by kind in that order. */
+uint32_t ls_omp_deps_parse(void **depend, struct ls_omp_dep *deps)
+{
+    uintptr_t n = (uintptr_t)depend[0];
+    if (n) {
+        uintptr_t nout = (uintptr_t)depend[1];
+        for (uintptr_t i = 0; deps && i < n; i++)
+            deps[i] = (struct ls_omp_dep){(uintptr_t)depend[2 + i], i < nout};
+        return (uint32_t)n;
+    }
+    n = (uintptr_t)depend[1];
+    uintptr_t writers = (uintptr_t)depend[2] + (uintptr_t)depend[3];
+    uintptr_t plain = writers + (uintptr_t)depend[4];
+    for (uintptr_t i = 0; deps && i < n; i++) {
+        if (i < plain) {
+            deps[i] = (struct ls_omp_dep){(uintptr_t)depend[5 + i], i < writers};
+        } else { /* a depobj: {address, kind} */
+            void **obj = depend[5 + i];
+            deps[i] = (struct ls_omp_dep){(uintptr_t)obj[0], (uintptr_t)obj[1] != DEP_IN};
+        }
+    }
+    return (uint32_t)n;
+}
+
+static bool conflict(const struct ls_omp_task *a, const struct ls_omp_task *b)
+{
+    for (uint32_t i = 0; i < a->ndeps; i++)
+        for (uint32_t j = 0; j < b->ndeps; j++)
+            if (a->deps[i].addr == b->deps[j].addr && (a->deps[i].out || b->deps[j].out))
+                return true;
+    return false;
+}
+
+static void lock(struct ls_omp_task *parent)
+{
+    /* acquire: the previous holder's changes to the list and the counts */
+    while (__atomic_exchange_n(&parent->dep_lock, 1u, __ATOMIC_ACQUIRE) != 0)
+        LS_OMP_SPIN_UNTIL(ls_load_relaxed(&parent->dep_lock) == 0);
+}
+
+static void unlock(struct ls_omp_task *parent)
+{
+    ls_store_release(&parent->dep_lock, 0u);
+}
+
+static bool add_successor(struct ls_omp_task *s, struct ls_omp_task *x)
+{
+    if (s->nsucc == s->succ_cap) {
+        uint32_t cap = s->succ_cap ? 2 * s->succ_cap : 4;
+        void *p = realloc(s->succ, cap * sizeof *s->succ);
+        if (!p)
+            return false;
+        s->succ = p;
+        s->succ_cap = cap;
+    }
+    s->succ[s->nsucc++] = x;
+    return true;
+}
+
+uint32_t ls_omp_deps_link(struct ls_omp_task *parent, struct ls_omp_task *x, bool listed)
+{
+    lock(parent);
+    uint32_t n = 0;
+    for (struct ls_omp_task *s = parent->dep_list; s; s = s->dep_next) {
+        if (!conflict(s, x))
+            continue;
+        if (!add_successor(s, x)) {
+            unlock(parent);
+            ls_omp_warn("out of memory for a task's dependences");
+            abort();
+        }
+        n++;
+    }
+    ls_store_relaxed(&x->npred, n);
+    if (listed) {
+        x->dep_next = parent->dep_list;
+        parent->dep_list = x;
+    }
+    unlock(parent);
+    return n;
+}
+
+void ls_omp_deps_done(struct ls_omp_task *s)
+{
+    struct ls_omp_task *parent = s->parent;
+    lock(parent);
+    struct ls_omp_task **pp = &parent->dep_list;
+    while (*pp && *pp != s)
+        pp = &(*pp)->dep_next;
+    if (*pp)
+        *pp = s->dep_next;
+    /* successors whose last predecessor this was go on a list of their own (dep_next
+     * is free: they are listed by the parent, but only read under the lock there) */
+    struct ls_omp_task *ready[s->nsucc ? s->nsucc : 1];
+    uint32_t nready = 0;
+    for (uint32_t i = 0; i < s->nsucc; i++) {
+        struct ls_omp_task *x = s->succ[i];
+        bool waiter = x->waiter; /* read first: a waiter's frame ends once its count is 0 */
+        if (ls_fetch_add(&x->npred, (uint32_t)-1, __ATOMIC_RELEASE) == 1u && !waiter)
+            ready[nready++] = x;
+    }
+    unlock(parent);
+    free(s->succ);
+    s->succ = NULL;
+    s->nsucc = s->succ_cap = 0;
+    for (uint32_t i = 0; i < nready; i++)
+        ls_omp_task_enqueue(ready[i]->team, ready[i]);
+}
+
+void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend)
+{
+    struct ls_omp_team *team = t->c.team;
+    if (!team || team->n == 1 || !team->pool) {
+        ls_omp_taskwait(t); /* nothing is queued: every earlier sibling has ended */
+        return;
+    }
+    struct ls_omp_task w = {0};
+    uint32_t n = ls_omp_deps_parse(depend, NULL);
+    struct ls_omp_dep deps[n ? n : 1];
+    ls_omp_deps_parse(depend, deps);
+    w.deps = deps;
+    w.ndeps = n;
+    w.waiter = true;
+    if (ls_omp_deps_link(t->c.task, &w, false) == 0)
+        return;
+    while (ls_load_acquire(&w.npred) != 0)
+        if (!ls_omp_run_child(t))
+            sched_yield();
+}

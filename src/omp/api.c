@@ -173,21 +173,6 @@ LS_OMP_EXPORT int omp_get_proc_bind(void)
     return ls_omp_thr()->c.icv.bind;
 }
 
-LS_OMP_EXPORT int omp_get_num_places(void)
-{
-    return ls_omp_g.places;
-}
-
-LS_OMP_EXPORT int omp_get_place_num(void)
-{
-    return ls_omp_g.places ? omp_get_thread_num() % ls_omp_g.places : -1;
-}
-
-LS_OMP_EXPORT int omp_get_partition_num_places(void)
-{
-    return ls_omp_g.places;
-}
-
 LS_OMP_EXPORT double omp_get_wtime(void)
 {
     return (double)lockstep_now_ns() * 1e-9;

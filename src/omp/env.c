@@ -273,6 +273,12 @@ void ls_omp_env_init(void)
     if ((s = getenv("OMP_ALLOCATOR")) && *s && ls_omp_allocator_parse(s, &g->icv.def_allocator))
         ls_omp_warn("OMP_ALLOCATOR='%s' is not a predefined allocator or a memory space with "
                     "traits; using omp_default_mem_alloc", s);
+    if ((s = getenv("OMP_AFFINITY_FORMAT")) && ls_omp_affinity_init(s) != 0)
+        ls_omp_warn("OMP_AFFINITY_FORMAT='%s' has a field that is not one of %%t %%T %%L %%n "
+                    "%%N %%a %%H %%P %%i %%A (or their long names); using the default", s);
+    if ((s = getenv("OMP_DISPLAY_AFFINITY")) && *s &&
+        parse_bool("OMP_DISPLAY_AFFINITY", s, &b) == 0)
+        g->display_affinity = b;
     if ((s = getenv("OMP_NUM_TEAMS")) && *s &&
         (v = parse_long("OMP_NUM_TEAMS", s, 1, INT_MAX)) >= 0)
         g->nteams = (int)v;
@@ -300,12 +306,12 @@ void ls_omp_env_init(void)
     if (levels_from_lists && (g->n_nthreads_list > 1 || g->n_bind_list > 1))
         g->icv.max_active_levels = LS_OMP_MAX_LEVELS;
     if ((s = getenv("OMP_PLACES")) && *s) {
-        if (strcasecmp(s, "threads") && strcasecmp(s, "cores") && strcasecmp(s, "sockets") &&
-            strcasecmp(s, "ll_caches") && strcasecmp(s, "numa_domains") && s[0] != '{')
+        if (ls_omp_places_init(s) != 0)
             ls_omp_warn("OMP_PLACES='%s' is not threads, cores, sockets, ll_caches, "
-                        "numa_domains or a list of places; using the default", s);
+                        "numa_domains (each with an optional (count)) or a list of places; "
+                        "using the default", s);
         else
-            g->places = g->n_cpus;
+            g->places = ls_omp_num_places();
         if (g->icv.bind == LS_BIND_FALSE && g->places && !getenv("OMP_PROC_BIND"))
             g->icv.bind = LS_BIND_TRUE;
     }

@@ -73,6 +73,7 @@ struct ls_omp_global {
     lockstep_wait_policy_t wait_policy;
     long spincount;              /* GOMP_SPINCOUNT, -1 = not set */
     int stats;                   /* LOCKSTEP_OMP_STATS */
+    int display_affinity;        /* OMP_DISPLAY_AFFINITY */
     int max_task_priority;
 };
 extern struct ls_omp_global ls_omp_g;
@@ -234,6 +235,8 @@ struct ls_omp_thread {
     struct ls_omp_team *serial_free;/* cached serial teams */
     struct ls_omp_taskgroup *fork_group; /* for the next fork's implicit tasks */
     unsigned orphan_section, orphan_sections; /* sections outside any region: last given, count */
+    int place;                      /* the place it is bound to, -1: none */
+    int shown_n;                    /* OMP_DISPLAY_AFFINITY: team size last shown */
     int initialized;
 };
 
@@ -251,6 +254,7 @@ static inline struct ls_omp_thread *ls_omp_thr(void)
         ls_store_relaxed(&ls_omp_used, 1);
         t->c.icv = ls_omp_g.icv;
         t->c.task = &t->implicit;
+        t->place = -1;
     }
     return t;
 }
@@ -344,6 +348,20 @@ void ls_omp_active_threads_reset(void);
 uintptr_t ls_omp_allocator_make(uintptr_t memspace, int ntraits, const void *traits);
 int ls_omp_allocator_parse(const char *s, uintptr_t *out);
 const char *ls_omp_allocator_name(uintptr_t a);
+
+/* affinity.c: OMP_AFFINITY_FORMAT read (0, or -1 when it has an unknown field); show
+ * this thread's affinity if its team's size changed (OMP_DISPLAY_AFFINITY) */
+int ls_omp_affinity_init(const char *env);
+void ls_omp_affinity_show(struct ls_omp_thread *t, int n);
+
+/* places.c: OMP_PLACES read (0, or -1 when malformed); the places; the place of a
+ * team's thread tid of nth, its master at place at; a place's CPUs */
+int ls_omp_places_init(const char *s);
+int ls_omp_num_places(void);
+int ls_omp_place_for(int tid, int nth, int at, int bind);
+#ifdef _GNU_SOURCE
+bool ls_omp_place_set(int p, cpu_set_t *set);
+#endif
 
 /* sync.c: the unnamed critical and atomic locks free again (a forked child) */
 void ls_omp_locks_reset(void);

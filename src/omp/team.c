@@ -26,6 +26,7 @@ struct ls_omp_worker {
     lockstep_waitword_t idle;     /* bumped to send the worker into the team */
     uint32_t idle_seen;
     int tid;
+    int place;                    /* the place it is bound to, -1: none */
     struct ls_omp_pool *pool;
 };
 
@@ -64,6 +65,8 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
     implicit->inner = team->implicit_group;
     t->c.league_num = team->league_num;
     t->c.league_size = team->league_size;
+    if (LS_UNLIKELY(ls_omp_g.display_affinity))
+        ls_omp_affinity_show(t, team->n);
     if (team->preinit) { /* a combined loop: its construct is set up and entered */
         t->c.ws = &team->ring[team->ws_base % LS_OMP_WS_RING];
         t->c.ws_count = team->ws_base + 1u;
@@ -86,6 +89,7 @@ static void *worker_main(void *arg)
     struct ls_omp_worker *w = arg;
     struct ls_omp_pool *pool = w->pool;
     struct ls_omp_thread *t = ls_omp_thr();
+    t->place = w->place;
     for (;;) {
         w->idle_seen++;
         lockstep_wait_until(&pool->idle_wait, &w->idle, w->idle_seen, 0);
@@ -244,7 +248,13 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         pool->team.slots[tid] = &w->slot;
         w->tid = tid;
         w->pool = pool;
-        if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
+        w->place = -1;
+        cpu_set_t set;
+        if (ls_omp_g.icv.bind != LS_BIND_FALSE && ls_omp_g.places) {
+            w->place = ls_omp_place_for(tid, want, ls_omp_self.place, ls_omp_g.icv.bind);
+            if (ls_omp_place_set(w->place, &set))
+                pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+        } else if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
             int cpu = bind_cpu(tid);
             if (cpu >= 0) {
                 cpu_set_t one;

@@ -12,6 +12,7 @@
  * null_fb answers NULL, abort_fb ends the program, allocator_fb retries with fb_data.
  * Predefined allocators answer NULL. For the allocate directive and clause (GOMP_alloc)
  * NULL is not an answer: there, null_fb acts as abort_fb. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ struct allocator {
     uintptr_t fallback;
     uintptr_t fb_data;
 };
+
+static bool recorded_as(void *ptr, bool forget);
 
 struct header {
     void *base;
@@ -238,6 +241,7 @@ LS_OMP_EXPORT void omp_free(void *ptr, uintptr_t allocator)
     (void)allocator; /* the block knows its allocator */
     if (!ptr)
         return;
+    recorded_as(ptr, true);
     struct header *h = (struct header *)ptr - 1;
     pool_refund(custom(h->allocator), h->charged);
     free(h->base);
@@ -440,4 +444,54 @@ int ls_omp_allocator_parse(const char *s, uintptr_t *out)
 const char *ls_omp_allocator_name(uintptr_t a)
 {
     return a >= A_DEFAULT && a <= A_LAST_PREDEFINED ? predefined[a] : "(a memory space)";
+}
+
+/* ---- gcc 14's record of GOMP_alloc'ed pointers (Fortran allocatables) ------------------- */
+
+static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
+static void **recorded;
+static size_t n_recorded, recorded_cap;
+
+LS_OMP_EXPORT void GOMP_add_alloc(void *ptr)
+{
+    if (!ptr)
+        return;
+    pthread_mutex_lock(&record_lock);
+    if (n_recorded == recorded_cap) {
+        size_t cap = recorded_cap ? 2 * recorded_cap : 16;
+        void **p = realloc(recorded, cap * sizeof *p);
+        if (p) {
+            recorded = p;
+            recorded_cap = cap;
+        }
+    }
+    if (n_recorded < recorded_cap) {
+        recorded[n_recorded] = ptr;
+        ls_store_relaxed(&n_recorded, n_recorded + 1); /* read without the lock */
+    }
+    pthread_mutex_unlock(&record_lock);
+}
+
+/* Whether ptr is recorded (forget: and no longer, as it is being freed). */
+static bool recorded_as(void *ptr, bool forget)
+{
+    if (ls_load_relaxed(&n_recorded) == 0)
+        return false;
+    bool found = false;
+    pthread_mutex_lock(&record_lock);
+    for (size_t i = 0; i < n_recorded && !found; i++)
+        if (recorded[i] == ptr) {
+            if (forget) {
+                recorded[i] = recorded[n_recorded - 1];
+                ls_store_relaxed(&n_recorded, n_recorded - 1);
+            }
+            found = true;
+        }
+    pthread_mutex_unlock(&record_lock);
+    return found;
+}
+
+LS_OMP_EXPORT bool GOMP_is_alloc(void *ptr)
+{
+    return recorded_as(ptr, false);
 }

@@ -128,6 +128,7 @@ struct ls_omp_task {
     uint32_t dep_lock;               /* as a parent: guards dep_list and its children's */
     struct ls_omp_task *dep_list;
     bool final;
+    bool is_explicit;                /* created by a task construct (not implicit) */
     bool heap;                       /* allocated by task.c and freed at refs == 0 */
 };
 

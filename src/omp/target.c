@@ -300,3 +300,35 @@ LS_OMP_EXPORT int omp_target_disassociate_ptr(const void *ptr, int device)
     (void)ptr, (void)device;
     return EINVAL;
 }
+
+/* OpenMP 5.1's asynchronous copies: done before they return, once the tasks the
+ * depend objects name have completed (a conforming schedule of their target task). */
+LS_OMP_EXPORT int omp_target_memcpy_async(void *dst, const void *src, size_t length,
+                                          size_t dst_offset, size_t src_offset, int dst_device,
+                                          int src_device, int depobj_count, void *depobj_list)
+{
+    (void)depobj_list;
+    if (depobj_count > 0)
+        ls_omp_taskwait(ls_omp_thr());
+    return omp_target_memcpy(dst, src, length, dst_offset, src_offset, dst_device, src_device);
+}
+
+LS_OMP_EXPORT int omp_target_memcpy_rect_async(void *dst, const void *src, size_t elem, int dims,
+                                               const size_t *volume, const size_t *dst_off,
+                                               const size_t *src_off, const size_t *dst_dims,
+                                               const size_t *src_dims, int dst_device,
+                                               int src_device, int depobj_count,
+                                               void *depobj_list)
+{
+    (void)depobj_list;
+    if (depobj_count > 0)
+        ls_omp_taskwait(ls_omp_thr());
+    return omp_target_memcpy_rect(dst, src, elem, dims, volume, dst_off, src_off, dst_dims,
+                                  src_dims, dst_device, src_device);
+}
+
+/* An indirect function's host address is its address. */
+LS_OMP_EXPORT void *GOMP_target_map_indirect_ptr(void *ptr)
+{
+    return ptr;
+}

@@ -189,6 +189,7 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
     task->group = parent->inner;
     task->inner = task->group;
     task->final = final;
+    task->is_explicit = true;
     task->children = 0;
     task->icv = t->c.icv;
     ls_fetch_add(&parent->children, 1u, __ATOMIC_RELAXED);
@@ -319,6 +320,23 @@ LS_OMP_EXPORT void GOMP_taskwait(void)
 LS_OMP_EXPORT void GOMP_taskwait_depend(void **depend)
 {
     ls_omp_wait_depend(ls_omp_thr(), depend);
+}
+
+static void no_body(void *data)
+{
+    (void)data;
+}
+
+/* taskwait depend(...) nowait: no wait, but later siblings order after the clauses as
+ * after a task with them; an empty task carries them */
+LS_OMP_EXPORT void GOMP_taskwait_depend_nowait(void **depend)
+{
+    GOMP_task(no_body, NULL, NULL, 0, 1, true, F_DEPEND, depend, 0, NULL);
+}
+
+LS_OMP_EXPORT int omp_in_explicit_task(void)
+{
+    return ls_omp_thr()->c.task->is_explicit;
 }
 
 LS_OMP_EXPORT void GOMP_taskyield(void)

@@ -9,7 +9,8 @@
 #   env          malformed OMP_* values: a one-line warning naming the variable, and the
 #                same output as with the defaults
 #   threads      threads that cannot be created: a smaller team and a warning
-#   abi          LIB exports every function libgomp.so.1 exports, with its version
+#   abi          LIB exports every function libgomp.so.1 exports, with its version, and
+#                those libgomp 13 and 14 add
 # Exit 0 pass, 1 fail, 77 skip.
 set -uo pipefail
 mode=$1 prog=$2 lib=$3
@@ -101,6 +102,15 @@ abi)
   funcs "$lib" >"$tmp/ours"
   missing=$(comm -23 "$tmp/gomp" "$tmp/ours")
   [ -z "$missing" ] || fail "entry points libgomp exports and $lib does not: $missing"
-  echo "ok: all $(wc -l <"$tmp/gomp") libgomp functions exported with their versions" ;;
+  # what libgomp 13 and 14 add, which programs built by those gccs need
+  for sv in "GOMP_5.1.1 GOMP_taskwait_depend_nowait" "GOMP_5.1.2 GOMP_add_alloc" \
+            "GOMP_5.1.2 GOMP_is_alloc" "GOMP_5.1.2 GOMP_target_map_indirect_ptr" \
+            "OMP_5.1.1 omp_get_mapped_ptr" "OMP_5.1.1 omp_target_is_accessible" \
+            "OMP_5.1.1 omp_target_memcpy_async" "OMP_5.1.1 omp_target_memcpy_rect_async" \
+            "OMP_5.2 omp_in_explicit_task" "OMP_5.2 omp_in_explicit_task_" \
+            "GOMP_PLUGIN_1.4 GOMP_PLUGIN_target_rev"; do
+    grep -qx "$sv" "$tmp/ours" || fail "$lib does not export $sv (gcc 13/14's ABI)"
+  done
+  echo "ok: all $(wc -l <"$tmp/gomp") libgomp functions exported with their versions, and gcc 13/14's" ;;
 *) fail "unknown mode $mode" ;;
 esac

@@ -326,7 +326,7 @@ LS_OMP_EXPORT void omp_destroy_allocator(uintptr_t allocator)
 
 LS_OMP_EXPORT void omp_set_default_allocator(uintptr_t a)
 {
-    ls_omp_thr()->c.icv.def_allocator = a;
+    ls_omp_icv_write(ls_omp_thr())->def_allocator = a;
 }
 
 LS_OMP_EXPORT uintptr_t omp_get_default_allocator(void)

@@ -32,7 +32,7 @@ LS_OMP_EXPORT int omp_get_max_threads(void)
 
 LS_OMP_EXPORT void omp_set_num_threads(int n)
 {
-    ls_omp_thr()->c.icv.nthreads = n > 0 ? n : 1;
+    ls_omp_icv_write(ls_omp_thr())->nthreads = n > 0 ? n : 1;
 }
 
 LS_OMP_EXPORT int omp_get_num_procs(void)
@@ -48,7 +48,7 @@ LS_OMP_EXPORT int omp_in_parallel(void)
 
 LS_OMP_EXPORT void omp_set_dynamic(int dyn)
 {
-    ls_omp_thr()->c.icv.dyn = dyn != 0;
+    ls_omp_icv_write(ls_omp_thr())->dyn = dyn != 0;
 }
 
 LS_OMP_EXPORT int omp_get_dynamic(void)
@@ -58,7 +58,7 @@ LS_OMP_EXPORT int omp_get_dynamic(void)
 
 LS_OMP_EXPORT void omp_set_nested(int nested)
 {
-    struct ls_omp_icv *icv = &ls_omp_thr()->c.icv;
+    struct ls_omp_icv *icv = ls_omp_icv_write(ls_omp_thr());
     if (nested)
         icv->max_active_levels = LS_OMP_MAX_LEVELS;
     else if (icv->max_active_levels > 1)
@@ -75,7 +75,7 @@ LS_OMP_EXPORT int omp_get_nested(void)
 
 LS_OMP_EXPORT void omp_set_schedule(int kind, int chunk)
 {
-    struct ls_omp_icv *icv = &ls_omp_thr()->c.icv;
+    struct ls_omp_icv *icv = ls_omp_icv_write(ls_omp_thr());
     int k = kind & 0x7fffffff;
     if (k < LS_SCHED_STATIC || k > LS_SCHED_AUTO)
         return;
@@ -103,7 +103,7 @@ LS_OMP_EXPORT int omp_get_supported_active_levels(void)
 LS_OMP_EXPORT void omp_set_max_active_levels(int levels)
 {
     if (levels >= 0)
-        ls_omp_thr()->c.icv.max_active_levels =
+        ls_omp_icv_write(ls_omp_thr())->max_active_levels =
             levels > LS_OMP_MAX_LEVELS ? LS_OMP_MAX_LEVELS : levels;
 }
 
@@ -163,11 +163,6 @@ LS_OMP_EXPORT int omp_in_final(void)
     return ls_omp_thr()->c.task->final;
 }
 
-LS_OMP_EXPORT int omp_get_cancellation(void)
-{
-    return 0;
-}
-
 LS_OMP_EXPORT int omp_get_proc_bind(void)
 {
     return ls_omp_thr()->c.icv.bind;
@@ -192,7 +187,7 @@ LS_OMP_EXPORT int omp_get_initial_device(void) { return 0; }
 LS_OMP_EXPORT int omp_get_device_num(void) { return 0; }
 LS_OMP_EXPORT int omp_is_initial_device(void) { return 1; }
 LS_OMP_EXPORT int omp_get_default_device(void) { return ls_omp_thr()->c.icv.default_device; }
-LS_OMP_EXPORT void omp_set_default_device(int d) { ls_omp_thr()->c.icv.default_device = d; }
+LS_OMP_EXPORT void omp_set_default_device(int d) { ls_omp_icv_write(ls_omp_thr())->default_device = d; }
 LS_OMP_EXPORT int omp_get_max_teams(void) { return ls_load_relaxed(&ls_omp_g.nteams); }
 LS_OMP_EXPORT int omp_get_teams_thread_limit(void)
 {
@@ -244,22 +239,7 @@ __attribute__((constructor)) static void ls_omp_load(void)
     pthread_atfork(NULL, NULL, in_child);
 }
 
-/* ---- cancellation, error directives ------------------------------------------------------ */
-
-/* cancel-var is false (OMP_CANCELLATION is not supported): cancel constructs are
- * ignored and cancellation points never cancel, as the spec says for that case. */
-LS_OMP_EXPORT bool GOMP_cancel(int which, bool do_cancel)
-{
-    (void)which;
-    (void)do_cancel;
-    return false;
-}
-
-LS_OMP_EXPORT bool GOMP_cancellation_point(int which)
-{
-    (void)which;
-    return false;
-}
+/* ---- error directives ---------------------------------------------------------------- */
 
 /* msg is len bytes, or NUL-terminated when len is (size_t)-1 */
 static void print_directive(const char *what, const char *msg, size_t len)

@@ -45,12 +45,18 @@ void ls_omp_ring(struct ls_omp_team *team)
     }
 }
 
+void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen)
+{
+    syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
 /* seq_cst loads: after a parker's seq_cst registration they see any waker's write that
  * its read of sleepers missed (plain loads on x86) */
 static inline bool done(struct ls_omp_team *team, uint64_t target, enum ls_omp_wait_kind kind)
 {
-    return ls_load_seqcst(&team->count) >= target && ls_load_seqcst(&team->pending) == 0 &&
-           (kind != LS_WAIT_GATHER || ls_load_seqcst(&team->leaving) == 0);
+    return (ls_load_seqcst(&team->count) >= target && ls_load_seqcst(&team->pending) == 0 &&
+            (kind != LS_WAIT_GATHER || ls_load_seqcst(&team->leaving) == 0)) ||
+           (kind == LS_WAIT_CANCELLABLE && ls_load_seqcst(&team->cancelled));
 }
 
 /* Threads outnumber the CPUs: is a member that has not arrived at this episode on this
@@ -148,10 +154,4 @@ void ls_omp_barrier(void)
 LS_OMP_EXPORT void GOMP_barrier(void)
 {
     ls_omp_barrier();
-}
-
-LS_OMP_EXPORT bool GOMP_barrier_cancel(void)
-{
-    ls_omp_barrier();
-    return false;
 }

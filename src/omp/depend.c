@@ -47,7 +47,7 @@ uint32_t ls_omp_deps_parse(void **depend, struct ls_omp_dep *deps)
     return (uint32_t)n;
 }
 
-static bool conflict(const struct ls_omp_task *a, const struct ls_omp_task *b)
+static bool conflict(const struct ls_omp_depnode *a, const struct ls_omp_depnode *b)
 {
     for (uint32_t i = 0; i < a->ndeps; i++)
         for (uint32_t j = 0; j < b->ndeps; j++)
@@ -68,7 +68,7 @@ static void unlock(struct ls_omp_task *parent)
     ls_store_release(&parent->dep_lock, 0u);
 }
 
-static bool add_successor(struct ls_omp_task *s, struct ls_omp_task *x)
+static bool add_successor(struct ls_omp_depnode *s, struct ls_omp_task *x)
 {
     if (s->nsucc == s->succ_cap) {
         uint32_t cap = s->succ_cap ? 2 * s->succ_cap : 4;
@@ -86,42 +86,42 @@ uint32_t ls_omp_deps_link(struct ls_omp_task *parent, struct ls_omp_task *x, boo
 {
     lock(parent);
     uint32_t n = 0;
-    for (struct ls_omp_task *s = parent->dep_list; s; s = s->dep_next) {
-        if (!conflict(s, x))
+    for (struct ls_omp_task *s = parent->dep_list; s; s = s->dn->next) {
+        if (!conflict(s->dn, x->dn))
             continue;
-        if (!add_successor(s, x)) {
+        if (!add_successor(s->dn, x)) {
             unlock(parent);
             ls_omp_warn("out of memory for a task's dependences");
             abort();
         }
         n++;
     }
-    ls_store_relaxed(&x->npred, n);
+    ls_store_relaxed(&x->dn->npred, n);
     if (listed) {
-        x->dep_next = parent->dep_list;
+        x->dn->next = parent->dep_list;
         parent->dep_list = x;
     }
     unlock(parent);
     return n;
 }
 
-void ls_omp_deps_done(struct ls_omp_task *s)
+void ls_omp_deps_done(struct ls_omp_task *task)
 {
-    struct ls_omp_task *parent = s->parent;
+    struct ls_omp_task *parent = task->parent;
+    struct ls_omp_depnode *s = task->dn;
     lock(parent);
     struct ls_omp_task **pp = &parent->dep_list;
-    while (*pp && *pp != s)
-        pp = &(*pp)->dep_next;
+    while (*pp && *pp != task)
+        pp = &(*pp)->dn->next;
     if (*pp)
-        *pp = s->dep_next;
-    /* successors whose last predecessor this was go on a list of their own (dep_next
-     * is free: they are listed by the parent, but only read under the lock there) */
+        *pp = s->next;
+    /* the successors whose last predecessor this was */
     struct ls_omp_task *ready[s->nsucc ? s->nsucc : 1];
     uint32_t nready = 0;
     for (uint32_t i = 0; i < s->nsucc; i++) {
         struct ls_omp_task *x = s->succ[i];
-        bool waiter = x->waiter; /* read first: a waiter's frame ends once its count is 0 */
-        if (ls_fetch_add(&x->npred, (uint32_t)-1, __ATOMIC_RELEASE) == 1u && !waiter)
+        bool waiter = x->dn->waiter; /* read first: a waiter's frame ends once its count is 0 */
+        if (ls_fetch_add(&x->dn->npred, (uint32_t)-1, __ATOMIC_RELEASE) == 1u && !waiter)
             ready[nready++] = x;
     }
     unlock(parent);
@@ -140,15 +140,17 @@ void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend)
         return;
     }
     struct ls_omp_task w = {0};
+    struct ls_omp_depnode dn = {0};
     uint32_t n = ls_omp_deps_parse(depend, NULL);
     struct ls_omp_dep deps[n ? n : 1];
     ls_omp_deps_parse(depend, deps);
-    w.deps = deps;
-    w.ndeps = n;
-    w.waiter = true;
+    dn.deps = deps;
+    dn.ndeps = n;
+    dn.waiter = true;
+    w.dn = &dn;
     if (ls_omp_deps_link(t->c.task, &w, false) == 0)
         return;
-    while (ls_load_acquire(&w.npred) != 0)
+    while (ls_load_acquire(&dn.npred) != 0)
         if (!ls_omp_run_child(t))
             sched_yield();
 }

@@ -101,10 +101,8 @@ static uint64_t *locate(struct ls_omp_doacross *d, uint64_t v0, const uint64_t *
 static void post(const uint64_t *v)
 {
     struct ls_omp_doacross *d = current();
-    if (!d) {
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        return;
-    }
+    if (!d)
+        return; /* a team of one, or no iteration: nobody waits for another */
     uint64_t flat, *p = locate(d, v[0], v + 1, &flat);
     /* release: the iteration's writes before its number; blocks post in order */
     ls_store_release(p, flat + 1u);
@@ -113,10 +111,8 @@ static void post(const uint64_t *v)
 static void wait_for(uint64_t first, const uint64_t *rest)
 {
     struct ls_omp_doacross *d = current();
-    if (!d) {
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        return;
-    }
+    if (!d)
+        return; /* a team of one, or no iteration: nobody waits for another */
     if (first >= d->dims[0])
         return; /* outside the iteration space: nothing to wait for */
     uint64_t flat, *p = locate(d, first, rest, &flat);

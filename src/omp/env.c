@@ -285,9 +285,8 @@ void ls_omp_env_init(void)
     if ((s = getenv("OMP_TEAMS_THREAD_LIMIT")) && *s &&
         (v = parse_long("OMP_TEAMS_THREAD_LIMIT", s, 1, INT_MAX)) >= 0)
         g->teams_thread_limit = (int)v;
-    if ((s = getenv("OMP_CANCELLATION")) && *s && parse_bool("OMP_CANCELLATION", s, &b) == 0 && b)
-        ls_omp_warn("OMP_CANCELLATION=true: cancellation is not supported; cancel constructs "
-                    "are ignored");
+    if ((s = getenv("OMP_CANCELLATION")) && *s && parse_bool("OMP_CANCELLATION", s, &b) == 0)
+        g->cancellation = b;
     if ((s = getenv("OMP_MAX_TASK_PRIORITY")) && *s &&
         (v = parse_long("OMP_MAX_TASK_PRIORITY", s, 0, INT_MAX)) >= 0)
         g->max_task_priority = (int)v;
@@ -385,8 +384,8 @@ void ls_omp_display_env(int verbose)
             g->wait_policy == LOCKSTEP_WAIT_PASSIVE ? "PASSIVE" : "AUTO");
     fprintf(f, "  OMP_THREAD_LIMIT = '%d'\n", g->thread_limit);
     fprintf(f, "  OMP_MAX_ACTIVE_LEVELS = '%d'\n", g->icv.max_active_levels);
-    fprintf(f, "  OMP_CANCELLATION = 'FALSE'\n  OMP_DEFAULT_DEVICE = '%d'\n",
-            g->icv.default_device);
+    fprintf(f, "  OMP_CANCELLATION = '%s'\n  OMP_DEFAULT_DEVICE = '%d'\n",
+            g->cancellation ? "TRUE" : "FALSE", g->icv.default_device);
     fprintf(f, "  OMP_MAX_TASK_PRIORITY = '%d'\n", g->max_task_priority);
     fprintf(f, "  OMP_ALLOCATOR = '%s'\n", ls_omp_allocator_name(g->icv.def_allocator));
     fprintf(f, "  OMP_NUM_TEAMS = '%d'\n  OMP_TEAMS_THREAD_LIMIT = '%d'\n", g->nteams,

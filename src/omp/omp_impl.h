@@ -74,6 +74,7 @@ struct ls_omp_global {
     long spincount;              /* GOMP_SPINCOUNT, -1 = not set */
     int stats;                   /* LOCKSTEP_OMP_STATS */
     int display_affinity;        /* OMP_DISPLAY_AFFINITY */
+    int cancellation;            /* cancel-var (OMP_CANCELLATION) */
     int max_task_priority;
 };
 extern struct ls_omp_global ls_omp_g;
@@ -94,6 +95,7 @@ extern struct ls_omp_stats ls_omp_stats;
 struct ls_omp_taskgroup {
     struct ls_omp_taskgroup *prev;   /* enclosing group of the same task */
     uint32_t count;                  /* queued or running tasks counted in this group */
+    uint32_t cancelled;              /* cancel taskgroup: its tasks not started are discarded */
     bool workshare;                  /* opened by a work-sharing construct's reductions */
     uintptr_t *reductions;           /* task reductions its tasks see (reduction.c) */
 };
@@ -102,6 +104,18 @@ struct ls_omp_taskgroup {
 struct ls_omp_dep {
     uintptr_t addr;
     bool out;
+};
+
+/* A task's place in its siblings' dependences (depend.c), under the parent's dep_lock;
+ * only tasks with depend clauses (and a construct's waiter) have one. */
+struct ls_omp_depnode {
+    struct ls_omp_dep *deps;         /* its depend clauses */
+    uint32_t ndeps;
+    uint32_t npred;                  /* predecessors still to complete */
+    struct ls_omp_task *next;        /* the parent's list of live children with deps */
+    struct ls_omp_task **succ;       /* tasks waiting for this one */
+    uint32_t nsucc, succ_cap;
+    bool waiter;                     /* a construct's stack waiter, never queued */
 };
 
 struct ls_omp_task {
@@ -113,24 +127,38 @@ struct ls_omp_task {
     struct ls_omp_task *next;        /* team queue link */
     uint32_t children;               /* live child tasks (taskwait waits for 0) */
     uint32_t refs;                   /* 1 for running + 1 per live child; heap tasks */
-    struct ls_omp_icv icv;           /* its data environment's ICVs, from its creator */
+    struct ls_omp_icv *icv;          /* heap tasks: its creator's ICVs, for its run */
     struct ls_omp_team *team;        /* the team it was created in (NULL: none) */
+    struct ls_omp_depnode *dn;       /* with depend clauses: its dependences, or NULL */
+    struct ls_omp_task *dep_list;    /* as a parent: live children with dependences */
+    uint32_t dep_lock;               /* as a parent: guards dep_list and its children's dn */
     uint32_t detach;                 /* detach clause: its body and its event still to end */
     bool counted;                    /* counted in team->pending until it completes */
-    /* dependences (depend.c), under the parent's dep_lock */
-    struct ls_omp_dep *deps;         /* its depend clauses */
-    uint32_t ndeps;
-    uint32_t npred;                  /* predecessors still to complete */
-    struct ls_omp_task *dep_next;    /* the parent's list of live children with deps */
-    struct ls_omp_task **succ;       /* tasks waiting for this one */
-    uint32_t nsucc, succ_cap;
-    bool waiter;                     /* a construct's stack waiter, never queued */
-    uint32_t dep_lock;               /* as a parent: guards dep_list and its children's */
-    struct ls_omp_task *dep_list;
     bool final;
     bool is_explicit;                /* created by a task construct (not implicit) */
     bool heap;                       /* allocated by task.c and freed at refs == 0 */
 };
+
+/* A task with every field zero but inner: field by field, as a memset of the struct
+ * compiles to `rep stos`, whose start costs tens of cycles, once per region. */
+static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgroup *inner)
+{
+    t->fn = NULL;
+    t->data = NULL;
+    t->parent = NULL;
+    t->group = NULL;
+    t->inner = inner;
+    t->next = NULL;
+    t->children = 0;
+    t->refs = 0;
+    t->icv = NULL;
+    t->team = NULL;
+    t->dn = NULL;
+    t->dep_list = NULL;
+    t->dep_lock = 0;
+    t->detach = 0;
+    t->counted = t->final = t->is_explicit = t->heap = false;
+}
 
 /* ---- work sharing ------------------------------------------------------------------ */
 
@@ -152,6 +180,7 @@ struct ls_omp_ws {
     uint32_t copy_ready;
     void *mem;              /* GOMP_loop_start's team-shared memory */
     uintptr_t *task_red;    /* the first thread's task reductions (reduction.c) */
+    uint32_t cancelled;     /* cancel for / sections */
     struct ls_omp_doacross *doacross; /* ordered(n) loops' posted iterations (doacross.c) */
     size_t mem_size;
 };
@@ -164,6 +193,8 @@ struct ls_omp_ws {
 struct ls_omp_slot {
     _Alignas(LOCKSTEP_CACHELINE) uint64_t arrived;
     int cpu;
+    uint32_t joined;        /* the region whose join this member reached (cancel.c) */
+    uint64_t join_target;   /* the count that completes its join episode */
 };
 
 struct ls_omp_pool;
@@ -205,6 +236,8 @@ struct ls_omp_team {
     uint32_t ws_base;               /* work-share count at the region's start */
     int preinit;                    /* a combined parallel loop: ring[ws_base] is set up */
     uint32_t leaving;               /* released workers still to notice they left */
+    uint32_t region_seq;            /* regions forked; written last before the release */
+    uint32_t cancelled;             /* cancel parallel (cancel.c) */
     struct ls_omp_icv icv;          /* ICVs of the region's implicit tasks */
     struct ls_omp_pool *pool;       /* NULL for a serial team */
     struct ls_omp_slot **slots;     /* [tid]: each member's own line (barrier.c) */
@@ -237,6 +270,11 @@ struct ls_omp_thread {
     struct ls_omp_taskgroup *fork_group; /* for the next fork's implicit tasks */
     unsigned orphan_section, orphan_sections; /* sections outside any region: last given, count */
     int place;                      /* the place it is bound to, -1: none */
+    /* the running explicit task's ICVs as it started, saved by the first ICV change
+     * in it (ls_omp_icv_write) and restored when it ends */
+    struct ls_omp_icv *icv_backup;
+    bool icv_saved;
+    bool icv_dirty;                 /* its ICVs may differ from its team's (set by a change) */
     int shown_n;                    /* OMP_DISPLAY_AFFINITY: team size last shown */
     int initialized;
 };
@@ -260,6 +298,18 @@ static inline struct ls_omp_thread *ls_omp_thr(void)
     return t;
 }
 
+/* The calling thread's ICVs, to change: an explicit task's change stays in its data
+ * environment (the values before it are saved once, for its end). */
+static inline struct ls_omp_icv *ls_omp_icv_write(struct ls_omp_thread *t)
+{
+    if (t->icv_backup && !t->icv_saved) {
+        *t->icv_backup = t->c.icv;
+        t->icv_saved = true;
+    }
+    t->icv_dirty = true;
+    return &t->c.icv;
+}
+
 /* team.c */
 void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags,
                  int preinit_sched, uint64_t start, uint64_t count, uint64_t incr, uint64_t chunk);
@@ -275,12 +325,14 @@ uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team);
 /* How a thread waits: at a barrier in the region, at the join (a worker: team->n is
  * the master's to rewrite meanwhile), or gathering the workers (the master, which also
  * waits until no released worker is still leaving). */
-enum ls_omp_wait_kind { LS_WAIT_BARRIER, LS_WAIT_JOIN, LS_WAIT_GATHER };
+enum ls_omp_wait_kind { LS_WAIT_BARRIER, LS_WAIT_JOIN, LS_WAIT_GATHER, LS_WAIT_CANCELLABLE };
 /* Wait until count >= target and no task is pending, running queued tasks meanwhile. */
 void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target,
                  enum ls_omp_wait_kind kind);
 /* Wake the team's parked waiters (a task was queued, or the last one finished). */
 void ls_omp_ring(struct ls_omp_team *team);
+/* Sleep on the team's bell while it still reads seen (registered in bell.sleepers). */
+void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen);
 void ls_omp_init_wait(struct ls_omp_team *team);
 /* A team of one: wait until the detached tasks it ran have been fulfilled. */
 void ls_omp_wait_detached(struct ls_omp_team *team);
@@ -366,6 +418,13 @@ bool ls_omp_place_set(int p, cpu_set_t *set);
 
 /* sync.c: the unnamed critical and atomic locks free again (a forked child) */
 void ls_omp_locks_reset(void);
+
+/* cancel.c: a task of a cancelled region or taskgroup (not run, only completed); the
+ * master's join of a cancelled region */
+bool ls_omp_task_cancelled(const struct ls_omp_task *task);
+void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team);
+void GOMP_loop_end_nowait(void);
+void GOMP_sections_end_nowait(void);
 
 /* unsupported.c */
 void ls_omp_unsupported(const char *name) __attribute__((noreturn));

@@ -59,12 +59,6 @@ LS_OMP_EXPORT void GOMP_sections_end(void)
     ls_omp_barrier();
 }
 
-LS_OMP_EXPORT bool GOMP_sections_end_cancel(void)
-{
-    GOMP_sections_end();
-    return false;
-}
-
 LS_OMP_EXPORT void GOMP_parallel_sections(void (*fn)(void *), void *data, unsigned nt,
                                           unsigned count, unsigned flags)
 {

@@ -56,7 +56,7 @@ static void fallback(void (*fn)(void *), void **hostaddrs, int thread_limit)
     memset(&t->c, 0, sizeof t->c);
     t->c.task = &implicit;
     t->c.icv = ls_omp_g.icv;
-    implicit.icv = t->c.icv;
+    t->icv_dirty = true; /* the initial ICVs, not its team's */
     if (thread_limit > 0)
         t->c.icv.thread_limit = thread_limit;
     fn(hostaddrs);

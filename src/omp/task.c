@@ -63,7 +63,7 @@ static void complete_task(struct ls_omp_task *task)
     struct ls_omp_taskgroup *group = task->group;
     struct ls_omp_team *team = task->team;
     bool counted = task->counted;
-    if (task->ndeps)
+    if (task->dn)
         ls_omp_deps_done(task); /* its successors may start */
     if (group)
         ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
@@ -78,15 +78,38 @@ static void complete_task(struct ls_omp_task *task)
 }
 
 /* Run a task on this thread, then retire it (a detached task: once fulfilled too). */
-static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task)
+/* Run a task's body as the thread's current task, in its own data environment. */
+static void run_body(struct ls_omp_thread *t, struct ls_omp_task *task)
 {
     struct ls_omp_task *saved = t->c.task;
-    struct ls_omp_icv icv = t->c.icv; /* the task's ICVs are its own: a change in it stays there */
+    /* the task's ICVs are its own: a change in it stays there (ls_omp_icv_write) */
+    struct ls_omp_icv before, *outer_backup = t->icv_backup;
+    bool outer_saved = t->icv_saved;
+    /* a deferred task runs with its creator's ICVs: a copy when the creator had
+     * changed its own, else its team's, which this thread has unless it changed them */
+    const struct ls_omp_icv *want =
+        task->icv ? task->icv : t->icv_dirty && task->team ? &task->team->icv : NULL;
+    t->icv_backup = &before;
+    t->icv_saved = want != NULL;
+    if (want) {
+        before = t->c.icv;
+        t->c.icv = *want;
+    }
     t->c.task = task;
-    t->c.icv = task->icv;
     task->fn(task->data);
     t->c.task = saved;
-    t->c.icv = icv;
+    if (t->icv_saved)
+        t->c.icv = before;
+    t->icv_backup = outer_backup;
+    t->icv_saved = outer_saved;
+}
+
+static void run_task(struct ls_omp_thread *t, struct ls_omp_task *task)
+{
+    /* a task of a cancelled region or taskgroup completes unrun (a detached one runs:
+     * its event may still be fulfilled from elsewhere) */
+    if (LS_LIKELY(!ls_omp_g.cancellation) || task->detach || !ls_omp_task_cancelled(task))
+        run_body(t, task);
     if (task->detach && ls_fetch_add(&task->detach, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
         return; /* its event completes it */
     complete_task(task);
@@ -191,7 +214,6 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
     task->final = final;
     task->is_explicit = true;
     task->children = 0;
-    task->icv = t->c.icv;
     ls_fetch_add(&parent->children, 1u, __ATOMIC_RELAXED);
     if (parent->heap)
         ls_fetch_add(&parent->refs, 1u, __ATOMIC_RELAXED);
@@ -223,37 +245,47 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
                                 LS_OMP_TASKS_PER_THREAD * (unsigned)team->n);
     if (!defer && (!team || team->n == 1) && !detach) {
         /* a team of one: everything runs here and now, children included, so the
-         * task can live on this stack */
-        struct ls_omp_task task;
-        memset(&task, 0, sizeof task);
-        link_task(t, &task, final);
+         * task can live on this stack; no other thread sees it from start to end, so
+         * its parent and taskgroup need not count it (set field by field: a memset of
+         * the struct compiles to a slow `rep stos`) */
+        struct ls_omp_task *parent = t->c.task;
+        struct ls_omp_task task = {.fn = fn, .data = data, .parent = parent,
+                                   .group = parent->inner, .inner = parent->inner,
+                                   .final = final, .is_explicit = true};
         char buf[cpyfn ? copy_room(arg_size, arg_align) : 1];
-        task.fn = fn;
-        task.data = data;
         if (cpyfn) { /* without one, the data is used in place, as it is not deferred */
             task.data = copy_at(buf, arg_align);
             cpyfn(task.data, data);
         }
-        run_task(t, &task);
+        run_body(t, &task);
+        LS_OMP_COUNT(tasks, 1);
         return;
     }
     uint32_t ndeps = depend ? ls_omp_deps_parse(depend, NULL) : 0;
-    size_t deps_room = ndeps * sizeof(struct ls_omp_dep);
-    struct ls_omp_task *task = malloc(sizeof *task + deps_room + copy_room(arg_size, arg_align));
+    /* after the task: its ICVs, then its dependences, then its data */
+    size_t deps_room = ndeps ? sizeof(struct ls_omp_depnode) + ndeps * sizeof(struct ls_omp_dep) : 0;
+    bool own_icv = t->icv_dirty || !team; /* else its team's ICVs are its creator's */
+    size_t icv_room = own_icv ? sizeof(struct ls_omp_icv) : 0;
+    size_t head = sizeof(struct ls_omp_task) + icv_room + deps_room;
+    struct ls_omp_task *task = malloc(head + copy_room(arg_size, arg_align));
     if (!task) {
         ls_omp_warn("out of memory for a task");
         abort();
     }
-    memset(task, 0, sizeof *task);
-    task->heap = true;
-    task->refs = 1;
+    ls_omp_task_clear(task, NULL);
     task->fn = fn;
+    task->refs = 1;
     task->team = team;
+    task->heap = true;
+    if (own_icv)
+        task->icv = (struct ls_omp_icv *)(task + 1);
     if (ndeps) {
-        task->deps = (struct ls_omp_dep *)(task + 1);
-        task->ndeps = ls_omp_deps_parse(depend, task->deps);
+        task->dn = (struct ls_omp_depnode *)(void *)((char *)(task + 1) + icv_room);
+        memset(task->dn, 0, sizeof *task->dn);
+        task->dn->deps = (struct ls_omp_dep *)(task->dn + 1);
+        task->dn->ndeps = ls_omp_deps_parse(depend, task->dn->deps);
     }
-    task->data = copy_at((char *)(task + 1) + deps_room, arg_align);
+    task->data = copy_at((char *)task + head, arg_align);
     if (detach) {
         /* the event is the task: its handle goes to the clause's variable and to the
          * data's first word, where the body reads it, before the data is copied */
@@ -267,6 +299,8 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     else if (arg_size > 0)
         memcpy(task->data, data, (size_t)arg_size);
     link_task(t, task, final);
+    if (task->icv)
+        *task->icv = t->c.icv;
     if (!defer) {
         /* a detached task run at once by a team of one may end after this: the team's
          * barriers wait for it; run undeferred (if(0)), its creator waits for it here */
@@ -287,7 +321,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     task->counted = true;
     ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
     /* with predecessors, the last of them to complete queues it */
-    if (!ndeps || ls_omp_deps_link(t->c.task, task, true) == 0)
+    if (!task->dn || ls_omp_deps_link(t->c.task, task, true) == 0)
         ls_omp_task_enqueue(team, task);
 }
 

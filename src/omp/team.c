@@ -52,7 +52,7 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int tid,
                        struct ls_omp_task *implicit)
 {
-    memset(implicit, 0, sizeof *implicit);
+    ls_omp_task_clear(implicit, team->implicit_group);
     t->c.team = team;
     t->c.tid = tid;
     t->c.next_target = team->base + (uint64_t)team->n;
@@ -62,7 +62,7 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
     t->c.chunk_held = false;
     t->c.task = implicit;
     t->c.icv = team->icv;
-    implicit->inner = team->implicit_group;
+    t->icv_dirty = false;
     t->c.league_num = team->league_num;
     t->c.league_size = team->league_size;
     if (LS_UNLIKELY(ls_omp_g.display_affinity))
@@ -84,6 +84,19 @@ static void master_arrives(struct ls_omp_team *team)
     ls_omp_ring(team);
 }
 
+/* A worker at the join of a cancelled region, whose members arrived at different
+ * numbers of episodes: it waits for the next fork (or the pool's end) itself. */
+static void cancelled_join(struct ls_omp_pool *pool, struct ls_omp_team *team, uint32_t seq)
+{
+    while (ls_load_acquire(&team->region_seq) == seq && !ls_load_acquire(&pool->exiting)) {
+        uint32_t seen = ls_load_acquire(&team->bell.value);
+        ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
+        if (ls_load_seqcst(&team->region_seq) == seq && !ls_load_seqcst(&pool->exiting))
+            ls_omp_sleep(team, seen);
+        ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct ls_omp_worker *w = arg;
@@ -102,7 +115,14 @@ static void *worker_main(void *arg)
             /* the join: arrive, and wait for the master's arrival, which forks the
              * next region (team->n is the master's to rewrite meanwhile: the wait
              * does not read it) */
-            ls_omp_wait(t, team, ls_omp_arrive(t, team), LS_WAIT_JOIN);
+            uint32_t seq = team->region_seq;
+            uint64_t target = ls_omp_arrive(t, team);
+            ls_store_relaxed(&w->slot.join_target, target);
+            ls_store_release(&w->slot.joined, seq); /* for a cancelled region's master */
+            if (LS_UNLIKELY(ls_load_seqcst(&team->cancelled)))
+                cancelled_join(pool, team, seq);
+            else
+                ls_omp_wait(t, team, target, LS_WAIT_JOIN);
             t->c.team = NULL;
             if (ls_load_acquire(&pool->exiting))
                 return NULL;
@@ -342,17 +362,21 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
     }
     if (n > 1 && (pool = pool_get(t)) != NULL) {
         int got = pool_grow(pool, n);
-        ls_omp_active_threads_add(got - n);
-        counted -= n - got;
-        n = got;
+        if (got != n) { /* fewer threads could be started */
+            ls_omp_active_threads_add(got - n);
+            counted -= n - got;
+            n = got;
+        }
         if (n == 1)
             pool = NULL;
     }
     if (!pool) {
-        ls_omp_active_threads_add(-counted);
+        if (counted)
+            ls_omp_active_threads_add(-counted);
         n = 1;
     }
     team = pool ? &pool->team : serial_team(t);
+    ls_store_relaxed(&team->cancelled, 0u); /* read by workers at this region's join only */
     LS_OMP_COUNT(regions, 1);
 
     team->fn = fn;
@@ -388,6 +412,8 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
         }
         team->n = n;
         pool->busy = true;
+        /* release: a worker that sees the new number (cancel.c) sees the region's fields */
+        ls_store_release(&team->region_seq, team->region_seq + 1u);
         if (old > 1)
             master_arrives(team);
         for (int i = old > 1 ? old : 1; i < n; i++) {
@@ -411,7 +437,10 @@ void ls_omp_join(void)
     if (team->n > 1) {
         /* the gather: every worker has arrived at the episode the master's next
          * arrival (the next fork) completes */
-        ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
+        if (LS_UNLIKELY(ls_load_seqcst(&team->cancelled)))
+            ls_omp_cancelled_gather(t, team);
+        else
+            ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
         ls_omp_active_threads_add(team->parent ? 1 - team->n : -team->n);
     } else { /* a team of one ran its tasks where created; detached ones may still wait */
         ls_omp_wait_detached(team);

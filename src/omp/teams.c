@@ -38,7 +38,7 @@ LS_OMP_EXPORT void GOMP_teams_reg(void (*fn)(void *), void *data, unsigned num_t
     if (thread_limit == 0)
         thread_limit = (unsigned)ls_load_relaxed(&ls_omp_g.teams_thread_limit);
     if (thread_limit)
-        t->c.icv.thread_limit = limit_of(thread_limit);
+        ls_omp_icv_write(t)->thread_limit = limit_of(thread_limit);
     if (num_teams == 0) {
         int nv = ls_load_relaxed(&ls_omp_g.nteams);
         num_teams = nv > 0 ? (unsigned)nv : LS_OMP_DEFAULT_TEAMS;
@@ -58,7 +58,7 @@ LS_OMP_EXPORT void GOMP_teams(unsigned num_teams, unsigned thread_limit)
 {
     (void)num_teams;
     if (thread_limit)
-        ls_omp_thr()->c.icv.thread_limit = limit_of(thread_limit);
+        ls_omp_icv_write(ls_omp_thr())->thread_limit = limit_of(thread_limit);
 }
 
 /* The host version of `target teams` loops over the league itself: while this answers
@@ -70,7 +70,7 @@ LS_OMP_EXPORT bool GOMP_teams4(unsigned num_teams_low, unsigned num_teams_high,
     struct ls_omp_thread *t = ls_omp_thr();
     if (first) {
         if (thread_limit)
-            t->c.icv.thread_limit = limit_of(thread_limit);
+            ls_omp_icv_write(t)->thread_limit = limit_of(thread_limit);
         t->c.league_size = num_teams_low == 0 ? 1 : (int)(num_teams_low > INT_MAX ? INT_MAX
                                                                                   : num_teams_low);
         t->c.league_num = 0;

@@ -35,8 +35,11 @@ void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t co
     ws->copy = NULL;
     ws->copy_ready = 0;
     ws->task_red = NULL;
-    free(ws->doacross); /* the slot's previous construct: every thread has left it */
-    ws->doacross = NULL;
+    ws->cancelled = 0;
+    if (LS_UNLIKELY(ws->doacross != NULL)) { /* the slot's previous construct: all left it */
+        free(ws->doacross);
+        ws->doacross = NULL;
+    }
     ls_store_relaxed(&ws->next, 0u);
     ls_store_relaxed(&ws->ordered_next, 0u);
     ls_store_relaxed(&ws->remaining, (uint32_t)n);
@@ -505,12 +508,6 @@ LS_OMP_EXPORT void GOMP_loop_end(void)
 {
     GOMP_loop_end_nowait();
     ls_omp_barrier();
-}
-
-LS_OMP_EXPORT bool GOMP_loop_end_cancel(void)
-{
-    GOMP_loop_end();
-    return false;
 }
 
 /* ---- combined parallel loops ---------------------------------------------------------- */

@@ -17,7 +17,8 @@ results are cached beside the binaries, keyed by the libgomp file; the binaries 
 between runs (rebuilt when the source or the flags change).
 
 Usage: gcc_suite.py --suite DIR --lib LIB [--work DIR] [--threads 2,4] [--jobs N]
-                    [--only PATTERN ...] [--san FLAGS] [--no-gomp] [--table FILE]
+                    [--only PATTERN ...] [--exclude PATTERN ...] [--san FLAGS]
+                    [--no-gomp] [--strict] [--table FILE]
 Exit 0 when no program regresses, 1 otherwise, 77 when the suite cannot be had.
 """
 import argparse
@@ -309,6 +310,7 @@ def main():
     ap.add_argument("--threads", default="2,4")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", nargs="*", default=[], help="fnmatch patterns of test names")
+    ap.add_argument("--exclude", nargs="*", default=[], help="fnmatch patterns to leave out")
     ap.add_argument("--san", default="", help="sanitizer flags for the programs")
     ap.add_argument("--no-gomp", action="store_true",
                     help="sanitizer builds: judge lockstep alone (every run must pass)")
@@ -333,6 +335,7 @@ def main():
     tests.sort(key=lambda t: t.name)
     if a.only:
         tests = [t for t in tests if any(fnmatch.fnmatch(t.name, p) for p in a.only)]
+    tests = [t for t in tests if not any(fnmatch.fnmatch(t.name, p) for p in a.exclude)]
     runnable = [t for t in tests if t.run and not t.skip]
     threads = [int(x) for x in a.threads.split(",")]
     os.makedirs(a.work, exist_ok=True)

@@ -72,7 +72,10 @@ env)
   for setting in OMP_NUM_THREADS=abc OMP_NUM_THREADS=4,x OMP_NUM_THREADS=-2 OMP_SCHEDULE=sometimes \
                  OMP_SCHEDULE=dynamic,0 OMP_PROC_BIND=maybe OMP_STACKSIZE=12Q OMP_STACKSIZE=-1 \
                  GOMP_STACKSIZE=lots OMP_DYNAMIC=perhaps OMP_WAIT_POLICY=eager OMP_MAX_ACTIVE_LEVELS=x \
-                 OMP_THREAD_LIMIT=0 GOMP_SPINCOUNT=some OMP_PLACES=here LOCKSTEP_WAIT_POLICY=fast; do
+                 OMP_THREAD_LIMIT=0 GOMP_SPINCOUNT=some OMP_PLACES=here LOCKSTEP_WAIT_POLICY=fast \
+                 'OMP_PLACES={0:' OMP_PLACES='threads(0)' OMP_ALLOCATOR=omp_bogus_alloc \
+                 OMP_ALLOCATOR=omp_default_mem_space:alignment=3 OMP_NUM_TEAMS=x \
+                 OMP_TEAMS_THREAD_LIMIT=-1 OMP_AFFINITY_FORMAT=%Q OMP_CANCELLATION=sometimes; do
     var=${setting%%=*}
     [ "$var" = OMP_NUM_THREADS ] || export OMP_NUM_THREADS=3
     timeout "$limit" env "$setting" LD_PRELOAD="$lib" "$prog" >"$tmp/out" 2>"$tmp/err"
@@ -84,7 +87,7 @@ env)
       fail "$setting: output '$(cat "$tmp/out")', expected '$ref'"
     grep -q '^ok ' "$tmp/out" || fail "$setting: output '$(cat "$tmp/out")'"
   done
-  echo "ok: 16 malformed settings" ;;
+  echo "ok: 24 malformed settings" ;;
 threads)
   # a 256 MiB stack per thread in a 1 GiB address space: some workers cannot start
   (ulimit -v 1048576 && OMP_STACKSIZE=256M under_lockstep 16 "$prog") ||
@@ -109,7 +112,7 @@ abi)
             "OMP_5.1.1 omp_target_memcpy_async" "OMP_5.1.1 omp_target_memcpy_rect_async" \
             "OMP_5.2 omp_in_explicit_task" "OMP_5.2 omp_in_explicit_task_" \
             "GOMP_PLUGIN_1.4 GOMP_PLUGIN_target_rev"; do
-    grep -qx "$sv" "$tmp/ours" || fail "$lib does not export $sv (gcc 13/14's ABI)"
+    grep -qx "$sv" "$tmp/ours" || fail "$lib does not export $sv (the ABI of gcc 13 and 14)"
   done
   echo "ok: all $(wc -l <"$tmp/gomp") libgomp functions exported with their versions, and gcc 13/14's" ;;
 *) fail "unknown mode $mode" ;;

@@ -16,6 +16,7 @@ int main(int argc, char **argv)
     const char *what = argv[1];
     int x = 0;
 #pragma omp parallel
+#pragma omp atomic write
     x = omp_get_num_threads(); /* the runtime is in use before the call */
     if (strcmp(what, "openacc") == 0)
         x = acc_get_num_devices(0);

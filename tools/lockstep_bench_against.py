@@ -19,8 +19,9 @@ USUAL_ROUND_TRIP_NS = 100
 LIMIT_FITS, LIMIT_OVERSUBSCRIBED = 1.15, 1.5
 
 
-def build_revision(root, rev):
-    """Build REV's comm benchmark beside this checkout; returns its build directory."""
+def build_revision(root, rev, target="lockstep_bench_comm"):
+    """Build REV's target (its comm benchmark) beside this checkout; returns its build
+    directory."""
     sha = subprocess.run(["git", "-C", root, "rev-parse", "--short", rev], check=True, capture_output=True,
                          text=True).stdout.strip()
     tree = os.path.join(root, "build", f"against-{sha}")
@@ -31,7 +32,7 @@ def build_revision(root, rev):
     if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
         subprocess.run(["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"], check=True,
                        capture_output=True)
-    subprocess.run(["cmake", "--build", build, "--target", "lockstep_bench_comm"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", build, "--target", target], check=True, capture_output=True)
     return sha, build
 
 

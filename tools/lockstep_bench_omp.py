@@ -8,14 +8,15 @@ import sys
 OMP_IMPLS = ["lockstep", "gomp", "libomp"]
 SYNC = ["parallel", "for", "parallel-for", "barrier", "single", "critical", "lock", "atomic", "reduction"]
 SCHED = [f"sched-{k}-{c}" for k in ("static", "dynamic", "guided") for c in (1, 8, 64)]
-TASKS = ["task-fan", "task-fib"]
+TASKS = ["task-fan", "task-fib", "task-reduction"]
 
 # The targets of issue 64: (workload, the most lockstep / best baseline may be at 2
 # threads; None: no 2-thread target). At 4, 8 and 16 threads every sync row and the
 # graph: <= 0.5x, and no row more than 10x its own 2-thread figure.
 TARGETS_2 = {"sync-parallel": 0.6, "sync-parallel-for": 0.6, "sync-reduction": 0.6,
              "sync-barrier": 0.5, "sync-for": 0.7, "sync-single": 1.0, "sync-critical": 1.0,
-             "sync-lock": 1.0, "sync-atomic": 1.0, "graph": 0.9, "task-fan": 1.5, "task-fib": 1.5}
+             "sync-lock": 1.0, "sync-atomic": 1.0, "graph": 0.9, "task-fan": 1.5, "task-fib": 1.5,
+             "nested": 0.7, "task-reduction": 1.0}
 OVERSUBSCRIBED = 0.5
 COLLAPSE = 10.0
 # An EPCC overhead is a difference of two times; below this many us it is within the
@@ -55,14 +56,7 @@ def bench_omp(build, quick, run_json, collect):
     impls = runners(build)
     ping = os.path.join(build, "bench", "threads", "lockstep_bench_threads")
     rounds, reps = (1, 3) if quick else (2, 3)
-    counts = [2, 4] if quick else [1, 2, 4, 8, 16]
-    plan = []
-    for t in counts:
-        plan += [(f"sync-{s}", t) for s in SYNC]
-        plan += [(s, t) for s in (["sched-static-8", "sched-dynamic-1", "sched-guided-8"] if quick else SCHED)]
-        plan += [("graph", t)] + [(w, t) for w in TASKS]
-        if t >= 2:
-            plan.append(("idle", t))
+    plan = omp_plan(quick)
     samples = {}
     base_env = dict(os.environ)
     for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "LOCKSTEP_OMP_STATS"):
@@ -78,6 +72,79 @@ def bench_omp(build, quick, run_json, collect):
                 collect(samples, run_json([ping, "auto", "pingpong", "2", str(reps)]))
             collect(samples, run_json([exe, "host", "handoff", "2", str(reps)], env=base_env))
     return samples
+
+
+def omp_plan(quick):
+    """(workload, threads) rows of the runtime benchmark"""
+    counts = [2, 4] if quick else [1, 2, 4, 8, 16]
+    plan = []
+    for t in counts:
+        plan += [(f"sync-{s}", t) for s in SYNC]
+        plan += [(s, t) for s in (["sched-static-8", "sched-dynamic-1", "sched-guided-8"] if quick else SCHED)]
+        plan += [("graph", t)] + [(w, t) for w in TASKS]
+        if t >= 2:
+            plan.append(("idle", t))
+    # nested regions: 2 outer threads of t inner ones each
+    plan += [("nested", t) for t in (2, 4)]
+    return plan
+
+
+# bench omp --against REV: the most after / before may be, judged where the host's
+# round trip between the CPUs was in its usual state in both builds' rounds
+LIMIT_AGAINST = 1.10
+USUAL_ROUND_TRIP_NS = 100
+
+
+def bench_omp_against(build, other_lib, label, quick, rounds, run_json):
+    """This checkout's runtime against another revision's, both preloaded into this
+    checkout's benchmark binary, row by row in turns; prints the table and verdict."""
+    import statistics
+    exe = os.path.join(build, "bench", "omp", "bench_omp")
+    ping = os.path.join(build, "bench", "threads", "lockstep_bench_threads")
+    libs = [(label, other_lib), ("this", os.path.join(build, "liblockstep-omp.so"))]
+    base_env = dict(os.environ)
+    for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "LOCKSTEP_OMP_STATS"):
+        base_env.pop(var, None)
+    # nesting and task reductions did not run before (one thread; refused by name)
+    plan = [p for p in omp_plan(quick) if p[0] not in ("nested", "task-reduction")]
+    samples = {name: {} for name, _ in libs}
+    trips = []
+    for rnd in range(rounds):
+        for i, (w, t) in enumerate(plan, 1):
+            print(f"[round {rnd + 1}/{rounds}, {i}/{len(plan)}] omp {w} at {t} threads",
+                  file=sys.stderr, flush=True)
+            for name, lib in (libs if (rnd + i) % 2 == 0 else libs[::-1]):
+                for r in run_json([exe, "lockstep", w, str(t), "3"], env=dict(base_env, LD_PRELOAD=lib)):
+                    samples[name].setdefault((w, t), []).extend(r["reps"])
+            if i % 10 == 0 and os.path.exists(ping):
+                for r in run_json([ping, "auto", "pingpong", "2", "3"]):
+                    trips += r["reps"]
+    usual = [x for x in trips if x < USUAL_ROUND_TRIP_NS]
+    state = (f"usual (median round trip {statistics.median(trips):.0f} ns)" if trips and
+             len(usual) >= len(trips) / 2 else
+             f"apart (median round trip {statistics.median(trips):.0f} ns)" if trips else "not measured")
+    print(f"\n## omp against {label}: median before and after, after / before; host {state}")
+    print(f"{'workload':<20}{'threads':>8}{'before':>12}{'after':>12}{'ratio':>8}")
+    worst, slower = None, []
+    for (w, t) in plan:
+        b, a = samples[label].get((w, t)), samples["this"].get((w, t))
+        if not b or not a:
+            continue
+        mb, ma = statistics.median(b), statistics.median(a)
+        if w == "idle" or mb <= NOISE_US:
+            ratio = None  # a share of a CPU near 0, or an overhead within noise
+        else:
+            ratio = ma / mb
+        print(f"{w:<20}{t:>8}{mb:>12.4g}{ma:>12.4g}" + (f"{ratio:>7.2f}x" if ratio else "       -"))
+        if ratio is not None:
+            if worst is None or ratio > worst[2]:
+                worst = (w, t, ratio)
+            if ratio > LIMIT_AGAINST and not (w.startswith("sync-") and ma - mb <= NOISE_US):
+                slower.append(f"{w} at {t} threads {ratio:.2f}x")
+    verdict = (f"missed: {'; '.join(slower)}" if slower else
+               f"met (worst {worst[2]:.2f}x: {worst[0]} at {worst[1]} threads)" if worst else "no rows")
+    print(f"\n## omp against {label}: every row <= {LIMIT_AGAINST:.2f}x before, host {state}: {verdict}")
+    return 0 if not slower else 1
 
 
 def omp_targets(rows):

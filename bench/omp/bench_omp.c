@@ -230,6 +230,43 @@ static double fib_rep(int t, long runs)
     return (double)(bench_now() - t0) / 1e6 / (double)runs;
 }
 
+/* Nested regions: 2 outer threads, each opening a region of t inner threads around a
+ * delay; us per outer region. */
+static double nested_rep(int t, long regions)
+{
+    uint64_t t0 = bench_now();
+    for (long k = 0; k < regions; k++) {
+#pragma omp parallel num_threads(2)
+#pragma omp parallel num_threads(t)
+        delay(delay_length);
+    }
+    return (double)(bench_now() - t0) / 1e3 / (double)regions;
+}
+
+/* A taskgroup with a task reduction over 64 tasks (in_reduction), in a single; us per
+ * taskgroup. */
+enum { RED_TASKS = 64 };
+
+static double task_reduction_rep(int t, long groups)
+{
+    long sum = 0;
+    uint64_t t0 = bench_now();
+#pragma omp parallel num_threads(t)
+#pragma omp single
+    for (long g = 0; g < groups; g++) {
+        long x = 0;
+#pragma omp taskgroup task_reduction(+ : x)
+        for (int i = 0; i < RED_TASKS; i++) {
+#pragma omp task in_reduction(+ : x) firstprivate(i)
+            x += i;
+        }
+        sum += x;
+    }
+    if (sum != groups * (RED_TASKS * (RED_TASKS - 1) / 2))
+        abort();
+    return (double)(bench_now() - t0) / 1e3 / (double)groups;
+}
+
 /* ---- the host's context-switch floor --------------------------------------------------- */
 
 static volatile int turn;
@@ -342,6 +379,17 @@ int main(int argc, char **argv)
     } else if (strcmp(w, "task-fib") == 0) {
         TIMED(fib_rep(t, 1) * 1e6, fib_rep(t, it), 1, 1000);
         bench_emit(w, impl, t, "ms", r, reps);
+        return 0;
+    } else if (strcmp(w, "nested") == 0) {
+        omp_set_max_active_levels(2);
+        double pilot = nested_rep(t, 20) * 1e3 + 1000.0;
+        TIMED(pilot, nested_rep(t, it), 10, 200000);
+        bench_emit(w, impl, t, "us", r, reps);
+        return 0;
+    } else if (strcmp(w, "task-reduction") == 0) {
+        double pilot = task_reduction_rep(t, 20) * 1e3 + 1000.0;
+        TIMED(pilot, task_reduction_rep(t, it), 10, 100000);
+        bench_emit(w, impl, t, "us", r, reps);
         return 0;
     } else if (strcmp(w, "idle") == 0) {
         for (int i = 0; i < reps; i++)

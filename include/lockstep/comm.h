@@ -20,34 +20,43 @@
  * bits. f16 and bf16 are accumulated in f32 and rounded once.
  *
  * Routes. Each collective moves its data one of at most four ways, chosen from the
- * message size (and dtype) by constants in src/comm/tuning.h; every rank chooses the
- * same. The slots are per-rank areas of the segment (params.small_bytes and
- * chunk_bytes); the buffers are lockstep_comm_buffer's; a kernel copy is
- * process_vm_readv/writev straight between the ranks' private memory, taken only when
- * every rank offers it (lockstep_comm_kernel_copy).
+ * message size (and dtype) and the ranks' distance (lockstep_comm_distance) by
+ * constants in src/comm/tuning.h; lockstep_comm_route tells which one a call took.
+ * The slots are per-rank areas of the segment (params.small_bytes and chunk_bytes);
+ * the buffers are lockstep_comm_buffer's; a kernel copy is process_vm_readv/writev
+ * straight between the ranks' private memory, taken only when every rank offers it
+ * (lockstep_comm_kernel_copy).
  *
- *   call            small: one sync  large                 zero-copy          kernel copy
- *   allreduce       <= allreduce_    chunked reduce-       send and recv in   with KERNEL_
- *                   small_bytes      scatter + allgather   every rank's       COPY_WIDE, from
- *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB 256 KiB (f16/
- *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)  bf16: 512 KiB)
- *                   oversubscribed)  chunk
- *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  -
- *                   (8 KiB over.)                          blocks
+ *   call            small: one sync  large                 zero-copy          kernel copy:
+ *                                                                             close | far
+ *   allreduce       <= allreduce_    chunked reduce-       send and recv in   -     | from
+ *                   small_bytes      scatter + allgather   every rank's             | 64 KiB
+ *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB       |
+ *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)        |
+ *                   oversubscribed)  chunk                                          |
+ *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  -     | blocks
+ *                   (8 KiB over.)                          blocks                   | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160
- *                   scatter                                blocks             KiB; from 32 KiB
- *                                                                             oversubscribed
- *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks: 64-512
- *                                    pieces                bufs in buffers    KiB, half each
- *   allgather       PULL: block,     chunked               PUSH, every recv   PUSH blocks of
- *                   PUSH: total      through the chunk     in its buffer      128-384 KiB; from
- *                   <= small_bytes   slots                                    64 KiB oversub.
+ *                   scatter                                blocks             KiB | 32 KiB+;
+ *                                                                             32 KiB+ oversub.
+ *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
+ *                                    pieces                bufs in buffers    each: 64-512 KiB
+ *                                                                             | 16 KiB+
+ *   allgather       PULL: block,     chunked               PUSH, every recv   past the small
+ *                   PUSH: total      through the chunk     in its buffer      path: PUSH blocks
+ *                   <= small_bytes   slots                                    128-384 KiB, PULL
+ *                                                                             - | 16 KiB+; PUSH
+ *                                                                             64 KiB+ oversub.
  *
- * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs. Tiny payloads (up to
- * 100 bytes) ride inside the announcement itself. LOCKSTEP_KERNEL_COPY_WIDE lifts the
- * kernel copies' upper limits, for machines whose kernel copies are as fast as memcpy
- * (lockstep does not time them). Eager broadcasts (params.broadcast_eager_bytes) are
- * the caller's choice, not a route.
+ * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
+ * rank 1, measured at create and every 1024 calls (lockstep_comm_distance): far apart,
+ * every line the slots move costs a far transfer twice, and the kernel's one copy wins.
+ * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs, whatever the
+ * distance. Tiny payloads (up to 100 bytes) ride inside the announcement itself.
+ * LOCKSTEP_KERNEL_COPY_WIDE lifts the close windows' upper limits (allreduce from
+ * 256 KiB, f16/bf16 512 KiB; reduce-scatter 256 KiB), for machines whose kernel copies
+ * are as fast as memcpy (lockstep does not time them). Eager broadcasts
+ * (params.broadcast_eager_bytes) are the caller's choice, not a route.
  *
  * Ordering. A collective is a full barrier between the ranks for the memory it names:
  * every write a rank made to its send (or buf) before its call happens-before the
@@ -275,6 +284,38 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
  * Ordering, concurrency, errors: as allreduce. */
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
+
+/* How far apart the ranks sit, which decides between routes (see Routes above) */
+typedef enum lockstep_distance {
+    LOCKSTEP_DISTANCE_CLOSE = 0, /* a cache line's round trip under 120 ns: one die */
+    LOCKSTEP_DISTANCE_FAR = 1    /* slower: other sockets or core complexes, or vCPUs the
+                                    host has placed apart */
+} lockstep_distance_t;
+
+/* The ranks' distance as last judged: rank 0 and rank 1 bounce a cache line at create
+ * and every 1024 calls (after the call's announcement), and every rank's routes follow
+ * rank 0's judgement from its next call on. *round_trip_ns (if not NULL) gets the
+ * round trip judged from, 0 while none was measured (one rank, ranks outnumbering the
+ * CPUs, or rank 1 did not answer). LOCKSTEP_COMM_DISTANCE=close or far in rank 0's
+ * environment overrides the judgement, for experiments.
+ * Returns a lockstep_distance_t, or -EINVAL for NULL. Concurrency: any call. */
+int lockstep_comm_distance(const lockstep_comm_t *comm, uint32_t *round_trip_ns);
+
+/* The way this rank's last collective moved its data */
+typedef enum lockstep_route {
+    LOCKSTEP_ROUTE_NONE = 0,        /* no collective yet, one rank, or a barrier */
+    LOCKSTEP_ROUTE_INLINE = 1,      /* inside the announcement */
+    LOCKSTEP_ROUTE_SMALL = 2,       /* the small slots, one synchronisation */
+    LOCKSTEP_ROUTE_CHUNKED = 3,     /* the chunk slots, step by step */
+    LOCKSTEP_ROUTE_ZERO_COPY = 4,   /* straight between the shared buffers */
+    LOCKSTEP_ROUTE_KERNEL_COPY = 5, /* process_vm_readv/writev between private memory */
+    LOCKSTEP_ROUTE_EAGER = 6        /* an eager broadcast's ring */
+} lockstep_route_t;
+
+/* The route this rank's last call took (set once the call chose it, also when it then
+ * failed): for benchmarks and tests that show which way a size goes.
+ * Returns a lockstep_route_t, or -EINVAL for NULL. Concurrency: as lockstep_comm_rank. */
+int lockstep_comm_route(const lockstep_comm_t *comm);
 
 /* Barrier across the ranks.
  * Ordering: every write any rank made before entering, to private memory it then

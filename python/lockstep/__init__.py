@@ -471,6 +471,21 @@ class Comm:
         return self._c.kernel_copy
 
     @property
+    def distance(self) -> Tuple[str, int]:
+        """How far apart the ranks sit, as ("close" or "far", round trip in ns): a cache
+        line's round trip between rank 0 and rank 1, measured at creation and every
+        1024 calls; far apart, large calls move by kernel copy. The round trip is 0
+        until measured (one rank, or ranks outnumbering the CPUs).
+        LOCKSTEP_COMM_DISTANCE=close or far in rank 0's environment overrides it."""
+        return self._c.distance
+
+    @property
+    def route(self) -> str:
+        """The route this rank's last call took: "none", "inline", "small", "chunked",
+        "zero-copy", "kernel-copy" or "eager" (docs/comm.md has the table)."""
+        return self._c.route
+
+    @property
     def closed(self) -> bool:
         """True once close() has been called."""
         return self._c.closed

@@ -228,6 +228,28 @@ static PyObject *comm_get_kernel_copy(CommObject *self, void *closure)
     return c ? PyBool_FromLong(lockstep_comm_kernel_copy(c) == 1) : NULL;
 }
 
+static PyObject *comm_get_distance(CommObject *self, void *closure)
+{
+    (void)closure;
+    lockstep_comm_t *c = live(self);
+    uint32_t ns = 0;
+    if (!c)
+        return NULL;
+    int d = lockstep_comm_distance(c, &ns);
+    return Py_BuildValue("(sI)", d == LOCKSTEP_DISTANCE_FAR ? "far" : "close", (unsigned)ns);
+}
+
+static PyObject *comm_get_route(CommObject *self, void *closure)
+{
+    (void)closure;
+    static const char *const names[] = {"none", "inline", "small", "chunked", "zero-copy", "kernel-copy", "eager"};
+    lockstep_comm_t *c = live(self);
+    if (!c)
+        return NULL;
+    int r = lockstep_comm_route(c);
+    return PyUnicode_FromString(r >= 0 && r < (int)(sizeof names / sizeof names[0]) ? names[r] : "none");
+}
+
 static PyObject *comm_get_closed(CommObject *self, void *closure)
 {
     (void)closure;
@@ -281,6 +303,9 @@ static PyGetSetDef comm_getset[] = {
     {"size", (getter)comm_get_size, NULL, "number of ranks", NULL},
     {"kernel_copy", (getter)comm_get_kernel_copy, NULL,
      "whether this rank offers kernel copies (lockstep_comm_kernel_copy)", NULL},
+    {"distance", (getter)comm_get_distance, NULL,
+     "(\"close\" or \"far\", round trip in ns): the ranks' distance (lockstep_comm_distance)", NULL},
+    {"route", (getter)comm_get_route, NULL, "the route this rank's last call took (lockstep_comm_route)", NULL},
     {"closed", (getter)comm_get_closed, NULL, "whether close() was called (or creation failed)", NULL},
     {"busy", (getter)comm_get_busy, NULL, "whether a thread is in a call on this communicator", NULL},
     {NULL, NULL, NULL, NULL, NULL}};

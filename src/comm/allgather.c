@@ -8,8 +8,9 @@
  *     chunks later, after every rank has passed the step that follows its reads;
  *   zero-copy PUSH, when every rank's recv lies in its lockstep_comm_buffer: each rank
  *     copies its block straight into every peer's recv, and one step ends the call;
- *   kernel copy (LS_KCOPY_ALLGATHER_PUSH, _PULL): PULL reads each peer's block from
- *     its send, PUSH writes mine into each peer's recv; one step ends the call. */
+ *   kernel copy (LS_KCOPY_ALLGATHER_PUSH, _PULL, past the small path): PULL reads each
+ *     peer's block from its send, PUSH writes mine into each peer's recv; one step
+ *     ends the call. */
 #include <errno.h>
 #include <string.h>
 
@@ -77,6 +78,7 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         } else {
             copy_to_small(c, in, bytes, xfer, peers, np, b);
         }
+        c->route = inl ? LOCKSTEP_ROUTE_INLINE : LOCKSTEP_ROUTE_SMALL;
         rc = ls_gather_announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes);
         if (rc || !bytes)
             return rc;
@@ -100,13 +102,15 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     if ((rc = ls_gather_announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
-    if (ls_all_posted(c, xfer, -1)) {
+    int zero_copy = ls_all_posted(c, xfer, -1), kcopy = ls_kcopy_count(c) == N;
+    c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY : kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
+    if (zero_copy) {
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);
         ls_push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
         return ls_comm_step(c, deadline); /* every recv is complete */
     }
-    if (ls_kcopy_count(c) == N)
+    if (kcopy)
         return allgather_kernel_copy(c, in, out, bytes, xfer, peers, np);
     size_t piece = xfer == LOCKSTEP_XFER_PULL ? c->hdr->chunk_bytes : c->hdr->chunk_bytes / (size_t)N;
     unsigned j = 0;

@@ -26,9 +26,10 @@
  * copying path; the ranks with buffers copy in after announcing, and one step more
  * tells the others it is there.
  *
- * Kernel copy (LOCKSTEP_KERNEL_COPY_WIDE only, see LS_KCOPY_ALLREDUCE): as zero-copy,
- * but each rank reads its 1/N of every peer's private send with process_vm_readv and
- * writes the result into every peer's recv with process_vm_writev. */
+ * Kernel copy (LS_KCOPY_ALLREDUCE: far apart, or LOCKSTEP_KERNEL_COPY_WIDE): as
+ * zero-copy, but each rank reads its 1/N of every peer's private send with
+ * process_vm_readv and writes the result into every peer's recv with
+ * process_vm_writev (ls_kcopy_reduce). */
 #include <errno.h>
 #include <string.h>
 
@@ -70,33 +71,35 @@ static int allreduce_zero_copy(lockstep_comm_t *c, size_t count, size_t es, lock
     return ls_comm_step(c, ls_comm_deadline(c));
 }
 
-/* The kernel-copy route: piece by piece, so that each piece stays in the cache between
- * the read, the reduction and the writes. The chunk slots hold the pieces read: no
- * peer reads them in this call, nor still from my last once all have announced. */
-static int allreduce_kernel_copy(lockstep_comm_t *c, const void *send, void *recv, size_t count, size_t es,
-                                 lockstep_dtype_t dtype, lockstep_op_t op)
+/* Piece by piece, so that each piece stays in the cache between the read, the
+ * reduction and the writes. The chunk slots hold the pieces read: no peer reads them
+ * in this call, nor still from my last once all have announced. */
+int ls_kcopy_reduce(lockstep_comm_t *c, lockstep_dtype_t dtype, lockstep_op_t op, const void *mine, void *out,
+                    uint64_t at, size_t n, int write_back)
 {
     int N = c->size, me = c->rank, rc;
-    size_t lo = count * (size_t)me / (size_t)N, hi = count * (size_t)(me + 1) / (size_t)N;
+    size_t es = lockstep_dtype_size(dtype);
     size_t piece = 2 * c->hdr->chunk_bytes / (size_t)(N - 1); /* >= 8192 / 255 bytes */
     piece = (piece < LS_KCOPY_PIECE ? piece : LS_KCOPY_PIECE) / es;
-    char *tmp = ls_chunk(c, me, 0), *out = recv; /* chunk slots 0 and 1 lie end to end */
+    char *tmp = ls_chunk(c, me, 0); /* chunk slots 0 and 1 lie end to end */
     const void *in[LOCKSTEP_COMM_MAX_RANKS];
-    for (size_t off = lo; off < hi; off += piece) {
-        size_t n = hi - off < piece ? hi - off : piece;
+    for (size_t off = 0; off < n; off += piece) {
+        size_t m = n - off < piece ? n - off : piece;
+        uint64_t from = at + off * es;
         for (int i = 1; i < N; i++) {
             int k = (me + i) % N; /* rotated: ranks start on different peers */
             in[k] = tmp + (size_t)(i - 1) * piece * es;
-            if ((rc = ls_kcopy_read(c, k, tmp + (size_t)(i - 1) * piece * es, off * es, n * es)) != 0)
+            if ((rc = ls_kcopy_read(c, k, tmp + (size_t)(i - 1) * piece * es, from, m * es)) != 0)
                 return rc;
         }
-        in[me] = (const char *)send + off * es;
-        ls_reduce(dtype, op, out + off * es, NULL, 0, in, N, n);
-        for (int i = 1; i < N; i++)
-            if ((rc = ls_kcopy_write(c, (me + i) % N, out + off * es, off * es, n * es)) != 0)
+        in[me] = (const char *)mine + off * es;
+        char *to = (char *)out + off * es;
+        ls_reduce(dtype, op, to, NULL, 0, in, N, m);
+        for (int i = 1; write_back && i < N; i++)
+            if ((rc = ls_kcopy_write(c, (me + i) % N, to, from, m * es)) != 0)
                 return rc;
     }
-    return ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
+    return 0;
 }
 
 static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t count, lockstep_dtype_t dtype,
@@ -121,6 +124,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         size_t at = ls_inline_at(bytes);
         if (bytes)
             memcpy(ls_ctl(c, me)->ann[b].data + at, send, bytes);
+        c->route = LOCKSTEP_ROUTE_INLINE;
         rc = ls_comm_announce(c, LS_CALL_ALLREDUCE, op, dtype, 0, count, 1);
         if (rc)
             return rc;
@@ -166,10 +170,15 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
     if (rc)
         return rc;
     int zc = ls_zc_count(c); /* ranks that passed buffers, as every rank sees it */
+    c->route = zc == N ? LOCKSTEP_ROUTE_ZERO_COPY : small ? LOCKSTEP_ROUTE_SMALL : LOCKSTEP_ROUTE_CHUNKED;
     if (zc == N)
         return allreduce_zero_copy(c, count, es, dtype, op);
-    if (!small && ls_kcopy_count(c) == N)
-        return allreduce_kernel_copy(c, send, recv, count, es, dtype, op);
+    if (!small && ls_kcopy_count(c) == N) { /* my 1/N from every send into every recv */
+        c->route = LOCKSTEP_ROUTE_KERNEL_COPY;
+        size_t lo = count * (size_t)me / (size_t)N, hi = count * (size_t)(me + 1) / (size_t)N;
+        rc = ls_kcopy_reduce(c, dtype, op, (const char *)send + lo * es, (char *)recv + lo * es, lo * es, hi - lo, 1);
+        return rc ? rc : ls_comm_step(c, ls_comm_deadline(c)); /* every recv is complete */
+    }
 
     if (small) {
         if (zc) { /* some ranks passed buffers: they copy in now, and say so */

@@ -137,8 +137,10 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         return -EINVAL;
     if (c->size == 1) /* alone: buf already holds the root's bytes */
         return ls_comm_failed(c);
-    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes)
+    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes) {
+        c->route = LOCKSTEP_ROUTE_EAGER;
         return ls_eager_broadcast(c, buf, bytes, root, xfer);
+    }
     static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
     int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
     if ((rc = ls_comm_settle(c)) != 0)
@@ -157,7 +159,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         /* 2 ranks, from the window's start (the same on every rank, as bytes): every
          * rank posts whether it offers a kernel copy, and a root that offers copies
          * nothing before announcing */
-        int kc_posts = np == 1 && bytes >= (window.fits_min < window.wide_min ? window.fits_min : window.wide_min);
+        int kc_posts = np == 1 && bytes >= ls_kcopy_least(window);
         int offer = kc_posts && ls_kcopy_offer(c, window, bytes);
         int later = me == root && (where != LS_NO_OFFSET || offer);
         if (me == root && bytes && !later) {
@@ -176,9 +178,14 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         }
         if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
             return rc;
-        if (posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET)
-            return small_zero_copy(c, buf, bytes, root, peers, np);
         int kcopy = kc_posts && ls_kcopy_count(c) == c->size;
+        int zero_copy = posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET;
+        c->route = zero_copy && ls_all_posted(c, LOCKSTEP_XFER_PUSH, root) ? LOCKSTEP_ROUTE_ZERO_COPY
+                   : !zero_copy && kcopy                                ? LOCKSTEP_ROUTE_KERNEL_COPY
+                   : bytes <= LS_INLINE_BYTES                           ? LOCKSTEP_ROUTE_INLINE
+                                                                        : LOCKSTEP_ROUTE_SMALL;
+        if (zero_copy)
+            return small_zero_copy(c, buf, bytes, root, peers, np);
         /* the root held its copy back (as it posted) */
         int late = !kcopy && kc_posts && (me == root ? later : !ls_kcopy_early_peers(c));
         if (kcopy)
@@ -209,6 +216,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
     int zero_copy = ls_all_posted(c, xfer, root), kcopy = np == 1 && ls_kcopy_count(c) == c->size;
+    c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY : kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
     if (zero_copy && relay)
         return relay_broadcast(c, buf, bytes, root, chain, deadline);
     if (zero_copy && ls_zc_announced(c, root).recv != LS_NO_OFFSET) /* the root's buf in its buffer too */

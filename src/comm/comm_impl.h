@@ -61,6 +61,7 @@ struct lockstep_comm {
                          create: 1 while they fit */
     int kcopy;        /* this rank reaches every peer by kernel copy (probed at create) */
     int kcopy_wide;   /* params.kernel_copy: LOCKSTEP_KERNEL_COPY_WIDE */
+    int route;        /* the route my last call took (lockstep_comm_route_t) */
 
     /* peer orders (topology.c) */
     int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
@@ -87,7 +88,10 @@ static inline int ls_comm_enter(lockstep_comm_t *c)
         return -EINVAL;
     if (LS_UNLIKELY(c->fork_gen != ls_fork_gen()))
         return -LOCKSTEP_EFORKED; /* a child's copy: the rank is still the parent's */
-    return __atomic_exchange_n(&c->entered, 1, __ATOMIC_ACQUIRE) ? -EBUSY : 0;
+    if (__atomic_exchange_n(&c->entered, 1, __ATOMIC_ACQUIRE))
+        return -EBUSY;
+    c->route = LOCKSTEP_ROUTE_NONE;
+    return 0;
 }
 
 static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
@@ -117,6 +121,14 @@ static inline int ls_fits(const lockstep_comm_t *c)
     return c->per_cpu == 1;
 }
 
+/* The ranks sit far apart, as rank 0 last judged (distance.c). Every rank reads it
+ * when it chooses a route; one that reads it just before a change and one just after
+ * offer differently, and that call takes the route every rank offers. */
+static inline int ls_far(const lockstep_comm_t *c)
+{
+    return __atomic_load_n(&c->state->far, __ATOMIC_RELAXED) != 0;
+}
+
 /* Whether this rank offers a kernel copy for blocks of `bytes` on a route with window
  * w (tuning.h). The call moves that way only if every rank offers it (ls_kcopy_count). */
 static inline int ls_kcopy_offer(const lockstep_comm_t *c, struct ls_kcopy_window w, size_t bytes)
@@ -125,9 +137,19 @@ static inline int ls_kcopy_offer(const lockstep_comm_t *c, struct ls_kcopy_windo
         return 0;
     if (!ls_fits(c))
         return bytes >= w.over_min;
+    if (ls_far(c) && bytes >= w.far_min)
+        return 1;
     if (c->kcopy_wide)
         return bytes >= w.wide_min;
     return bytes >= w.fits_min && bytes <= w.fits_max;
+}
+
+/* The smallest block any rank might offer a kernel copy for on window w's route */
+static inline size_t ls_kcopy_least(struct ls_kcopy_window w)
+{
+    size_t m = w.fits_min < w.wide_min ? w.fits_min : w.wide_min;
+    m = m < w.far_min ? m : w.far_min;
+    return m < w.over_min ? m : w.over_min;
 }
 
 static inline ls_ctl_t *ls_ctl(const lockstep_comm_t *c, int r)
@@ -216,6 +238,8 @@ void ls_comm_topology(lockstep_comm_t *c);
 /* params.c: LOCKSTEP_KERNEL_COPY as LOCKSTEP_KERNEL_COPY_*, -2 unset, -1 (and *bad =
  * the value) for anything else */
 int ls_kernel_copy_env(const char **bad);
+/* LOCKSTEP_COMM_DISTANCE: 0 close, 1 far, -2 auto or unset, -1 malformed (*bad = it) */
+int ls_distance_env(const char **bad);
 
 /* eager.c: a broadcast of at most hdr->eager_bytes, and what every other call does
  * first after one (ls_comm_settle: 0 at once unless the last call was eager) */
@@ -238,6 +262,19 @@ struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
 /* after the announcement: how many ranks posted a send in their buffer (the same on
  * every rank; all of them: the call runs zero-copy) */
 int ls_zc_count(const lockstep_comm_t *c);
+
+/* The ranks' distance (distance.c): a cache line's round trip between rank 0 and
+ * rank 1, judged against LS_FAR_NS into state.far. At create (every rank calls it,
+ * give_up_ns the create's deadline) and in every LS_PROBE_CALLS-th call, after its
+ * announcement; ranks other than 0 and 1 return at once. */
+void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at);
+
+/* An allreduce or reduce-scatter by kernel copy, after every rank posted its send:
+ * n elements from byte `at` of every peer's send and from mine, reduced in rank order
+ * into out, piece by piece through my chunk slots; with write_back, out's piece also
+ * into every peer's recv at `at` (allreduce.c). No step: the caller ends the call. */
+int ls_kcopy_reduce(lockstep_comm_t *c, lockstep_dtype_t dtype, lockstep_op_t op, const void *mine, void *out,
+                    uint64_t at, size_t n, int write_back);
 
 /* Kernel copies (kcopy.c): process_vm_readv/writev between the ranks' private memory,
  * for large blocks that are not in the shared buffers. c->kcopy: this rank could read

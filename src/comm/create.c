@@ -351,6 +351,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
     c->kcopy_wide = mode == LOCKSTEP_KERNEL_COPY_WIDE;
     ls_kcopy_init(c, mode != LOCKSTEP_KERNEL_COPY_OFF);
     ls_comm_topology(c);
+    uint64_t probe_until = lockstep_now_ns() + LS_PROBE_CREATE_NS; /* rank 1 may be waking */
+    ls_distance_probe(c, deadline && deadline < probe_until ? deadline : probe_until);
     return c;
 
 fail_unlink:

@@ -25,10 +25,12 @@
  * of LS_ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
- * Kernel copy (all-to-all blocks in LS_KCOPY_ALLTOALL's window, when no rank passed
- * buffers and every rank offers it: kcopy.c): each rank writes block k of its send
- * straight into rank k's recv with process_vm_writev, and one step ends the call
- * (every recv is complete). Through the slots every block is copied twice. */
+ * Kernel copy (blocks in LS_KCOPY_ALLTOALL's or LS_KCOPY_REDUCE_SCATTER's window, when
+ * no rank passed buffers and every rank offers it: kcopy.c): in an all-to-all each
+ * rank writes block k of its send straight into rank k's recv with process_vm_writev;
+ * in a reduce-scatter each reads block `rank` of every peer's send with
+ * process_vm_readv and reduces (ls_kcopy_reduce); one step ends the call. Through the
+ * slots every block is copied twice. */
 #include <errno.h>
 #include <string.h>
 
@@ -86,6 +88,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
         size_t at = ls_inline_at(total);
         if (total)
             memcpy(ls_ctl(c, me)->ann[b].data + at, send, total);
+        c->route = LOCKSTEP_ROUTE_INLINE;
         if ((rc = ls_comm_announce(c, x->call, x->op, x->dtype, 0, count, 1)) != 0)
             return rc;
         for (int k = 0; k < N; k++) /* mine from send: see lockstep_comm's desc */
@@ -100,13 +103,17 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     if (bytes >= LS_ZERO_COPY_MIN && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
         zmine.send = ls_buffer_offset(c, send, total);
     int zc_mine = zmine.send != LS_NO_OFFSET;
-    /* Small calls never move by kernel copy, so they neither post nor count it (the
-     * same on every rank, as small is): the post ends in the announcement's second
-     * line, which each peer would fetch. */
+    /* Calls that never move by kernel copy (small ones, and blocks below the window's
+     * least) neither post nor count it (the same on every rank, as bytes is): the post
+     * ends in the announcement's second line, which each peer would fetch. In place (a
+     * reduce-scatter's recv in send), peers read only blocks other than mine, so my
+     * writes race none of their reads. */
     int small = total <= c->hdr->exchange_small;
-    static const struct ls_kcopy_window window = LS_KCOPY_ALLTOALL;
+    static const struct ls_kcopy_window a2a = LS_KCOPY_ALLTOALL, rs = LS_KCOPY_REDUCE_SCATTER;
     int alltoall = x->call == LS_CALL_ALLTOALL;
-    int offer = alltoall && !small && !zc_mine && ls_kcopy_offer(c, window, bytes);
+    struct ls_kcopy_window window = alltoall ? a2a : rs;
+    int posts = !small && bytes >= ls_kcopy_least(window); /* the same on every rank */
+    int offer = posts && !zc_mine && ls_kcopy_offer(c, window, bytes);
 
     size_t piece = c->hdr->step_bytes / es / (size_t)N;
     unsigned first = c->busy == 0 ? 1 : 0;
@@ -117,7 +124,6 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     else if (copied)
         copy_parts(c, send, count, 0, count < piece ? count : piece, piece, es, ls_chunk(c, me, first));
     ls_zc_post(c, zmine.send, zmine.recv);
-    int posts = alltoall && !small; /* the same on every rank */
     if (posts) {
         ls_kcopy_post(c, offer ? send : NULL, recv);
         ls_kcopy_post_early(c, copied);
@@ -127,7 +133,15 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
     int zc = ls_zc_count(c); /* ranks with buffers */
     int kcopy = posts ? ls_kcopy_count(c) : 0; /* ranks that offered a kernel copy */
     uint64_t deadline = ls_comm_deadline(c);
+    c->route = zc == N                  ? LOCKSTEP_ROUTE_ZERO_COPY
+               : zc == 0 && kcopy == N ? LOCKSTEP_ROUTE_KERNEL_COPY
+               : small                 ? LOCKSTEP_ROUTE_SMALL
+                                       : LOCKSTEP_ROUTE_CHUNKED;
 
+    if (zc == 0 && kcopy == N && !alltoall) { /* my block of every send, reduced */
+        rc = ls_kcopy_reduce(c, x->dtype, x->op, mine_in, recv, (uint64_t)me * bytes, count, 0);
+        return rc ? rc : ls_comm_step(c, deadline); /* nobody reads my send any more */
+    }
     if (zc == 0 && kcopy == N) { /* each of my blocks into its rank's recv */
         const char *in_blocks = send;
         for (int i = 1; i < N; i++) {

@@ -208,6 +208,9 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
     else if (ls_kernel_copy_env(&bad_copy) == -1)
         snprintf(msg, len, "environment variable LOCKSTEP_KERNEL_COPY must be auto, off, wide or unset (got \"%s\")",
                  bad_copy);
+    else if (ls_distance_env(&bad_copy) == -1)
+        snprintf(msg, len, "environment variable LOCKSTEP_COMM_DISTANCE must be auto, close, far or unset (got \"%s\")",
+                 bad_copy);
     else {
         msg[0] = 0;
         return 0;

@@ -31,17 +31,18 @@
 #include "../internal.h"
 
 /* A segment's header starts with "lsc" and the protocol in the low byte: a rank of
- * another build refuses to join (EPROTO) instead of misreading the segment. 0x74 is the
+ * another build refuses to join (EPROTO) instead of misreading the segment. 0x75 is the
  * protocol of release 0.1.0; any change of the segment's layout or of the protocol on
  * it takes a new value. */
 #define LS_MAGIC_BASE 0x6c736300u
-#define LS_PROTOCOL 0x74u
+#define LS_PROTOCOL 0x75u
 #define LS_COMM_MAGIC (LS_MAGIC_BASE | LS_PROTOCOL)
 static inline int ls_is_segment(uint32_t magic)
 {
     return (magic & ~0xffu) == LS_MAGIC_BASE;
 }
 #define LS_LINE LOCKSTEP_CACHELINE
+#define LS_HW_LINE 64 /* a hardware cache line: LS_LINE spans two */
 
 enum ls_call {
     LS_CALL_ALLREDUCE = 1,
@@ -71,7 +72,12 @@ _Static_assert(sizeof(ls_seg_hdr_t) <= LS_LINE, "the header must fit its line, b
 typedef struct ls_seg_state {
     lockstep_waitword_t joined; /* ranks that have mapped the segment */
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
+    uint32_t far;               /* the ranks sit far apart, as rank 0 last judged (distance.c) */
+    uint32_t round_trip_ns;     /* the round trip it judged from, 0 until measured */
+    char pad[LS_HW_LINE - sizeof(lockstep_waitword_t) - 3 * sizeof(uint32_t)];
+    uint32_t ping;              /* the probe's word, on a line no call reads (distance.c) */
 } ls_seg_state_t;
+_Static_assert(sizeof(ls_seg_state_t) <= LS_LINE, "the state is one line");
 
 /* What a call announces; compared across ranks field by field. tag: the caller's
  * (lockstep_comm_tag), 0 unless set. */
@@ -105,7 +111,6 @@ _Static_assert(sizeof(ls_announce_t) == LS_LINE, "an announcement is one line");
  * of the announcement's first 64-byte line (seq's) goes right after the header; one
  * that fits the second line alone fills that line, aligned, so that no store or load of
  * it straddles the two lines; a larger one fills data from its start. */
-#define LS_HW_LINE 64
 #define LS_INLINE_HEAD (LS_HW_LINE - offsetof(ls_announce_t, data) % LS_HW_LINE)
 _Static_assert(LS_INLINE_HEAD + LS_HW_LINE <= LS_INLINE_BYTES, "the second line lies inside data");
 static inline size_t ls_inline_at(size_t bytes)

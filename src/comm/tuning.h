@@ -1,12 +1,13 @@
 /* The comm family's tuned constants, each with the reason for its value. What they
  * cost and gain is measured by `lockstep bench comm`; docs/performance.md has the
- * figures. A route is chosen from these by size (and dtype) alone: no call times one
- * way against another, and no rank moves itself between CPUs.
+ * figures. A route is chosen from these by size (and dtype), and by how far apart the
+ * ranks sit (a probe of the machine's state, distance.c): no call times one way
+ * against another, and no rank moves itself between CPUs.
  *
  * Routes per collective (comm.h has the table a user reads):
  *   allreduce       inline or small slots | chunked reduce-scatter + allgather |
- *                   zero-copy from the shared buffers | kernel copy (wide only)
- *   reduce-scatter  inline or small slots | chunked | zero-copy
+ *                   zero-copy from the shared buffers | kernel copy
+ *   reduce-scatter  inline or small slots | chunked | zero-copy | kernel copy
  *   all-to-all      inline or small slots | chunked | zero-copy | kernel copy
  *   broadcast       inline or small slots | pipelined pieces | zero-copy (push,
  *                   relay, shared halves) | kernel copy (2 ranks, halves)
@@ -62,39 +63,71 @@
 #define LS_RELAY_MIN ((size_t)1024 * 1024)
 #define LS_RELAY_PIECE ((size_t)32 * 1024)
 
-/* ---- kernel copies (process_vm_readv/writev, cma.c) ----------------------------- */
+/* ---- kernel copies (process_vm_readv/writev, kcopy.c) ---------------------------- */
 
 /* A block moved by kernel copy is copied once, through the kernel; through the slots it
- * is copied twice, by two CPUs in turn. Whether the kernel's copy is as fast as memcpy
- * differs between machines (several times slower on some virtual machines), and lockstep
- * does not time it: the table below keeps kernel copies where they won even where the
- * kernel's copy is slow, and LOCKSTEP_KERNEL_COPY_WIDE (params.kernel_copy) lifts the
- * upper limits for machines where it is fast. A route is taken only when every rank
- * can reach its peers (probed at create) and offers it. */
+ * is copied twice, by two CPUs in turn, each line crossing between them. Where the
+ * ranks sit close (a cache line's round trip under LS_FAR_NS, distance.c) the slots'
+ * transfers are cheap and the kernel's copy, several times slower than memcpy on some
+ * virtual machines, wins only in the windows below; where they sit far apart (other
+ * sockets or core complexes, or vCPUs the host has moved apart) every line the slots
+ * move costs a far transfer twice over, and the kernel copy wins from far_min up.
+ * LOCKSTEP_KERNEL_COPY_WIDE (params.kernel_copy) lifts the close windows' upper limits
+ * for machines whose kernel copies are as fast as memcpy. A route is taken only when
+ * every rank can reach its peers (probed at create) and offers it. */
 struct ls_kcopy_window {
-    size_t fits_min, fits_max; /* ranks fit the CPUs: blocks in [min, max] */
+    size_t fits_min, fits_max; /* ranks fit the CPUs, close: blocks in [min, max] */
     size_t wide_min;           /* ranks fit, LOCKSTEP_KERNEL_COPY_WIDE: from here up */
+    size_t far_min;            /* ranks fit, far apart: from here up */
     size_t over_min;           /* ranks outnumber the CPUs: from here up */
 };
 #define LS_KCOPY_NEVER SIZE_MAX
+#define LS_KIB ((size_t)1024)
 
-/* allreduce: the chunked path reduces while it copies, and kernel copies of reduced
- * data won only where they are fast (f16/bf16 reduce more slowly and start later) */
-#define LS_KCOPY_ALLREDUCE {LS_KCOPY_NEVER, 0, (size_t)256 * 1024, LS_KCOPY_NEVER}
-#define LS_KCOPY_ALLREDUCE_HALF {LS_KCOPY_NEVER, 0, (size_t)512 * 1024, LS_KCOPY_NEVER}
+/* allreduce: the chunked path reduces while it copies, and close kernel copies of
+ * reduced data won only where they are fast (f16/bf16 reduce more slowly and start
+ * later); far apart, from 64 KiB (apart: 13 us against the slots' 35.5 at 64 KiB) */
+#define LS_KCOPY_ALLREDUCE {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER}
+#define LS_KCOPY_ALLREDUCE_HALF {LS_KCOPY_NEVER, 0, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER}
+/* reduce-scatter, per block: each rank reads its block of every peer's send, the
+ * slots' second copy saved; close, the slots' chunked steps overlap as well */
+#define LS_KCOPY_REDUCE_SCATTER {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 32 * LS_KIB, LS_KCOPY_NEVER}
 /* all-to-all, per block: the writer's copy is cheap (its source is in its cache);
  * with ranks outnumbering CPUs the slots' steps wait for ranks to be scheduled */
-#define LS_KCOPY_ALLTOALL {(size_t)32 * 1024, (size_t)160 * 1024, (size_t)8 * 1024, (size_t)32 * 1024}
+#define LS_KCOPY_ALLTOALL {32 * LS_KIB, 160 * LS_KIB, 8 * LS_KIB, 32 * LS_KIB, 32 * LS_KIB}
 /* allgather PUSH, per block: as the all-to-all's writes */
-#define LS_KCOPY_ALLGATHER_PUSH {(size_t)128 * 1024, (size_t)384 * 1024, (size_t)128 * 1024, (size_t)64 * 1024}
+#define LS_KCOPY_ALLGATHER_PUSH {128 * LS_KIB, 384 * LS_KIB, 128 * LS_KIB, 16 * LS_KIB, 64 * LS_KIB}
 /* allgather PULL: reading a peer's fresh block pulls it from the peer's cache */
-#define LS_KCOPY_ALLGATHER_PULL {LS_KCOPY_NEVER, 0, (size_t)1024 * 1024, LS_KCOPY_NEVER}
-/* broadcast between 2 ranks: each moves half, the root writing and the receiver reading */
-#define LS_KCOPY_BROADCAST {(size_t)64 * 1024, (size_t)512 * 1024, (size_t)64 * 1024, LS_KCOPY_NEVER}
+#define LS_KCOPY_ALLGATHER_PULL {LS_KCOPY_NEVER, 0, 1024 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER}
+/* broadcast between 2 ranks: each moves half, the root writing and the receiver
+ * reading; far apart from 16 KiB (apart: 32 KiB 4.7 us against the slots' 18.4) */
+#define LS_KCOPY_BROADCAST {64 * LS_KIB, 512 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER}
 
 /* A kernel copy moves at most this per system call, each after a check that the call
  * has not failed, so that a failure stops a large copy soon */
 #define LS_KCOPY_PIECE ((size_t)256 * 1024)
+
+/* ---- the ranks' distance (distance.c) -------------------------------------------- */
+
+/* Ranks whose cache line round trip (rank 0 to rank 1 and back) takes this long or
+ * more sit far apart: CPUs sharing a cache answer in well under it, CPUs on other
+ * sockets, core complexes or far-placed vCPUs in twice it or more */
+#define LS_FAR_NS 120u
+
+/* The probe: this many round trips, in groups of LS_PROBE_GROUP, judged by the
+ * fastest group's mean, so that a preemption during one group does not count */
+#define LS_PROBE_ROUNDS 16u
+#define LS_PROBE_GROUP 4u
+
+/* The ranks probe again every LS_PROBE_CALLS calls (a power of 2): at a call's worst
+ * cost (16 far round trips, 8 us) a thousandth of a 1-KiB allreduce's time, and often
+ * enough that a job's route follows the host within a second of large calls. A probe
+ * whose partner does not answer within LS_PROBE_GIVE_UP_NS
+ * is dropped and the last judgement stands; at create, where rank 1 may still be
+ * waking from the rendezvous, it waits up to LS_PROBE_CREATE_NS. */
+#define LS_PROBE_CALLS 1024u
+#define LS_PROBE_GIVE_UP_NS (200ull * 1000)
+#define LS_PROBE_CREATE_NS (100ull * 1000 * 1000)
 
 /* ---- waiting ------------------------------------------------------------------- */
 

@@ -389,3 +389,32 @@ def test_from_env_with_a_bad_variable_names_it(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "0")
     with pytest.raises(ValueError, match=msg.format("LOCAL_WORLD_SIZE")):
         lockstep.Comm.from_env()
+
+
+def distance_body(rank, size, job):
+    """The ranks read one judgement of their distance, and a large call's route
+    follows it: far apart (forced here), a 1 MiB allreduce moves by kernel copy where
+    the system allows it, close together through the chunk slots."""
+    with lockstep.Comm(job, rank, size, timeout=20) as c:
+        x = np.full(1 << 18, rank + 1, np.float32)  # 1 MiB
+        c.allreduce(x)
+        assert (x == 3).all()
+        return c.distance, c.route, c.kernel_copy
+
+
+def test_distance_and_route(monkeypatch):
+    for forced, route in (("far", "kernel-copy"), ("close", "chunked")):
+        monkeypatch.setenv("LOCKSTEP_COMM_DISTANCE", forced)
+        got = run_ranks(distance_body, 2, timeout=60)
+        (d0, rt0), route0, kc = got[0]
+        assert got[1][0][0] == d0 and got[1][1] == route0  # one judgement, one route
+        if rt0 > 0:  # rank 1 answered the probe at creation (a loaded machine may not)
+            assert d0 == forced and route0 == (route if kc else "chunked")
+    monkeypatch.setenv("LOCKSTEP_COMM_DISTANCE", "near")
+    with pytest.raises(ValueError, match=r'LOCKSTEP_COMM_DISTANCE must be auto, close, far or unset \(got "near"\)'):
+        lockstep.Comm(f"py-dist-{os.getpid()}", 0, 1)
+    monkeypatch.delenv("LOCKSTEP_COMM_DISTANCE")
+    with lockstep.Comm(f"py-dist-{os.getpid()}", 0, 1) as c:
+        assert c.distance == ("close", 0) and c.route == "none"  # alone: nothing measured
+        c.allreduce(np.ones(4, np.float32))
+        assert c.route == "none"  # one rank moves nothing

@@ -1,0 +1,104 @@
+/* How far apart the ranks sit: the time a cache line takes to go from rank 0 to rank 1
+ * and back. It is what decides between the routes that move a block once, through the
+ * kernel, and the slots, which move every line between the CPUs twice (tuning.h): on
+ * one die that costs little, across sockets, core complexes, or vCPUs a host has
+ * placed apart, several times more. It is a probe of the machine's state, not a race
+ * between two routes: it measures no route, and every rank reads one judgement.
+ *
+ * Rank 0 and rank 1 bounce state.ping: rank 0 stores an odd value, rank 1 answers with
+ * the next even one. Each probe has its own range of values (from its number), so a
+ * late answer to a probe given up never counts in the next one. Rank 0 judges from
+ * the fastest group of LS_PROBE_GROUP round trips and stores state.far and
+ * state.round_trip_ns; every rank reads state.far when it chooses a route (ls_far).
+ * LOCKSTEP_COMM_DISTANCE (close or far, in rank 0's environment) overrides the
+ * judgement, for experiments; the round trip is still measured. */
+#include <stdlib.h>
+#include <strings.h>
+
+#include "comm_impl.h"
+
+/* Spin until *w holds want, or until the clock passes until: 1 got it, 0 gave up */
+static int await_ping(const uint32_t *w, uint32_t want, uint64_t until)
+{
+    for (unsigned i = 1; __atomic_load_n(w, __ATOMIC_ACQUIRE) != want; i++) {
+        ls_cpu_relax();
+        if (!(i & 255) && lockstep_now_ns() >= until)
+            return 0;
+    }
+    return 1;
+}
+
+int ls_distance_env(const char **bad)
+{
+    const char *s = getenv("LOCKSTEP_COMM_DISTANCE");
+    if (!s || !*s || strcasecmp(s, "auto") == 0)
+        return -2;
+    if (strcasecmp(s, "close") == 0)
+        return 0;
+    if (strcasecmp(s, "far") == 0)
+        return 1;
+    if (bad)
+        *bad = s;
+    return -1;
+}
+
+/* Rank 0's side: one group of round trips from value v on, its mean in ns (0: gave up) */
+static uint64_t group(uint32_t *w, uint32_t v, uint64_t until)
+{
+    uint64_t t0 = lockstep_now_ns();
+    for (uint32_t i = 0; i < LS_PROBE_GROUP; i++, v += 2) {
+        __atomic_store_n(w, v + 1, __ATOMIC_RELEASE);
+        if (!await_ping(w, v + 2, until))
+            return 0;
+    }
+    uint64_t mean = (lockstep_now_ns() - t0) / LS_PROBE_GROUP;
+    return mean ? mean : 1;
+}
+
+void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at)
+{
+    if (c->rank > 1 || c->size < 2 || !ls_fits(c))
+        return; /* oversubscribed: a round trip would time process switches */
+    _Static_assert(LS_PROBE_ROUNDS % LS_PROBE_GROUP == 0, "whole groups");
+    uint32_t *w = &c->state->ping;
+    /* this probe's values: one sync round, then the groups (the same on both ranks:
+     * c->seq is) */
+    uint32_t v = (c->seq / LS_PROBE_CALLS) * (2 * LS_PROBE_ROUNDS + 2);
+    if (c->rank == 1) {
+        for (uint32_t i = 0; i <= LS_PROBE_ROUNDS; i++, v += 2) {
+            if (!await_ping(w, v + 1, give_up_at))
+                return;
+            __atomic_store_n(w, v + 2, __ATOMIC_RELEASE);
+        }
+        return;
+    }
+    __atomic_store_n(w, v + 1, __ATOMIC_RELEASE); /* the sync round: rank 1 is here */
+    if (!await_ping(w, v + 2, give_up_at))
+        return;
+    uint64_t best = UINT64_MAX;
+    for (uint32_t g = 0; g < LS_PROBE_ROUNDS / LS_PROBE_GROUP; g++) {
+        uint64_t mean = group(w, v + 2 + 2 * g * LS_PROBE_GROUP, give_up_at);
+        if (!mean)
+            return;
+        best = mean < best ? mean : best;
+    }
+    int forced = ls_distance_env(NULL);
+    int far = forced >= 0 ? forced : best >= LS_FAR_NS;
+    __atomic_store_n(&c->state->round_trip_ns, (uint32_t)(best < UINT32_MAX ? best : UINT32_MAX),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&c->state->far, (uint32_t)far, __ATOMIC_RELAXED);
+}
+
+int lockstep_comm_distance(const lockstep_comm_t *c, uint32_t *round_trip_ns)
+{
+    if (!c)
+        return -EINVAL;
+    if (round_trip_ns)
+        *round_trip_ns = __atomic_load_n(&c->state->round_trip_ns, __ATOMIC_RELAXED);
+    return ls_far(c) ? LOCKSTEP_DISTANCE_FAR : LOCKSTEP_DISTANCE_CLOSE;
+}
+
+int lockstep_comm_route(const lockstep_comm_t *c)
+{
+    return c ? c->route : -EINVAL;
+}

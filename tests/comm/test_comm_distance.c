@@ -1,0 +1,171 @@
+/* The ranks' distance: the probe at create, the judgement every rank reads, and routes
+ * that follow it when it changes in the middle of a job, every call's result exact
+ * throughout (also in the calls where the ranks read the change at different times). */
+#include "comm_harness.h"
+#include "failure_helpers.h"
+
+#define COUNT (64 * 1024 / 4) /* f32: 64 KiB, inside every far window, outside the close ones */
+#define PROBES 40             /* probe intervals a change may take (a probe whose partner is
+                                 preempted is dropped) */
+
+/* One allreduce of COUNT f32 (call i of the job), checked element by element: each
+ * rank contributes (rank + 1) * (i % 7 + k % 5), summed exactly in f32 */
+static int checked_allreduce(lockstep_comm_t *c, int rank, int size, unsigned i, float *send, float *recv)
+{
+    for (size_t k = 0; k < COUNT; k++)
+        send[k] = (float)((rank + 1) * (int)(i % 7 + k % 5));
+    CHECK_EQ(lockstep_comm_allreduce(c, send, recv, COUNT, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
+    for (size_t k = 0; k < COUNT; k++)
+        CHECK_EQ(recv[k], (float)(size * (size + 1) / 2 * (int)(i % 7 + k % 5)));
+    return lockstep_comm_route(c);
+}
+
+/* Calls until this rank's route is `want` in `need` calls in a row (or PROBES probe
+ * intervals pass: the route did not follow). Returns the calls made. */
+static unsigned calls_until(lockstep_comm_t *c, int rank, int size, unsigned *i, float *send, float *recv, int want)
+{
+    unsigned made = 0, row = 0;
+    while (row < 3 && made < PROBES * 1024u) {
+        row = checked_allreduce(c, rank, size, (*i)++, send, recv) == want ? row + 1 : 0;
+        made++;
+    }
+    CHECK_EQ(row, 3u);
+    return made;
+}
+
+static int can_kcopy;
+
+static int change_body(int rank, int size, const char *job)
+{
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "close", 1), 0);
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    CHECK(c != NULL);
+    uint32_t rt = 0;
+    CHECK_EQ(lockstep_comm_distance(c, &rt), LOCKSTEP_DISTANCE_CLOSE);
+    float *send = malloc(COUNT * 4), *recv = malloc(COUNT * 4);
+    CHECK(send && recv);
+    unsigned i = 0;
+    calls_until(c, rank, size, &i, send, recv, LOCKSTEP_ROUTE_CHUNKED);
+    /* the host moves the ranks apart: rank 0's next probe says so */
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "far", 1), 0);
+    int far_route = can_kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
+    calls_until(c, rank, size, &i, send, recv, far_route);
+    CHECK_EQ(lockstep_comm_distance(c, &rt), LOCKSTEP_DISTANCE_FAR); /* rt: 0 if every probe was
+                                                                      dropped (a loaded machine) */
+    /* every collective's far route, at a block of 64 KiB */
+    size_t b = COUNT * 4;
+    unsigned char *in = malloc((size_t)size * b), *out = malloc((size_t)size * b);
+    CHECK(in && out);
+    for (size_t k = 0; k < (size_t)size * b; k++)
+        in[k] = (unsigned char)(k / b * 16 + (size_t)rank * 4 + k % 3);
+    CHECK_EQ(lockstep_comm_alltoall(c, in, out, b), 0);
+    CHECK_EQ(lockstep_comm_route(c), far_route);
+    for (size_t k = 0; k < (size_t)size * b; k++) /* block r: rank r's block `rank` */
+        CHECK_EQ(out[k], (unsigned char)((size_t)rank * 16 + k / b * 4 + (k % b + (size_t)rank * b) % 3));
+    /* allgathers take kernel copies past the small path only (small_bytes, 256 KiB) */
+    size_t g = 320 * 1024;
+    unsigned char *gin = malloc(g), *gout = malloc((size_t)size * g);
+    CHECK(gin && gout);
+    for (size_t k = 0; k < g; k++)
+        gin[k] = (unsigned char)((size_t)rank * 4 + k % 3);
+    for (int x = 0; x < 2; x++) {
+        lockstep_xfer_t xfer = x ? LOCKSTEP_XFER_PUSH : LOCKSTEP_XFER_PULL;
+        CHECK_EQ(lockstep_comm_allgather(c, gin, gout, g, LOCKSTEP_ORDER_LINEAR, xfer), 0);
+        CHECK_EQ(lockstep_comm_route(c), far_route);
+        for (size_t k = 0; k < (size_t)size * g; k++) /* block r: rank r's */
+            CHECK_EQ(gout[k], (unsigned char)(k / g * 4 + k % g % 3));
+    }
+    free(gin);
+    free(gout);
+    memcpy(out, in, b);
+    CHECK_EQ(lockstep_comm_broadcast(c, out, b, 1, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL), 0);
+    CHECK_EQ(lockstep_comm_route(c), size == 2 ? far_route : LOCKSTEP_ROUTE_SMALL);
+    for (size_t k = 0; k < b; k++) /* rank 1's first block */
+        CHECK_EQ(out[k], (unsigned char)(4 + k % 3));
+    float *rs = (float *)(void *)in;
+    for (size_t k = 0; k < (size_t)size * COUNT; k++)
+        rs[k] = (float)((rank + 1) * (int)(k % 9));
+    CHECK_EQ(lockstep_comm_reduce_scatter(c, rs, recv, COUNT, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
+    CHECK_EQ(lockstep_comm_route(c), far_route);
+    for (size_t k = 0; k < COUNT; k++) /* block `rank` of every send, summed */
+        CHECK_EQ(recv[k], (float)(size * (size + 1) / 2 * (int)(((size_t)rank * COUNT + k) % 9)));
+    /* and back: the slots again */
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "close", 1), 0);
+    calls_until(c, rank, size, &i, send, recv, LOCKSTEP_ROUTE_CHUNKED);
+    CHECK_EQ(lockstep_comm_distance(c, NULL), LOCKSTEP_DISTANCE_CLOSE);
+    free(in);
+    free(out);
+    free(send);
+    free(recv);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_change(void)
+{
+    can_kcopy = siblings_can_read();
+    harness_run_clean(change_body, 2, "distance", 120, 0);
+}
+
+static int probe_body(int rank, int size, const char *job)
+{
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    CHECK(c != NULL);
+    CHECK_EQ(lockstep_comm_barrier(c), 0); /* rank 0 has judged before it entered */
+    CHECK_EQ(lockstep_comm_route(c), LOCKSTEP_ROUTE_NONE);
+    uint32_t rt = 12345;
+    int d = lockstep_comm_distance(c, &rt);
+    CHECK(d == LOCKSTEP_DISTANCE_CLOSE || d == LOCKSTEP_DISTANCE_FAR);
+    harness_page()->value[rank][0] = rt;
+    harness_page()->value[rank][1] = d;
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_probe(void)
+{
+    CHECK_EQ(lockstep_comm_distance(NULL, NULL), -EINVAL);
+    CHECK_EQ(lockstep_comm_route(NULL), -EINVAL);
+    /* alone: nothing to measure */
+    harness_run_clean(probe_body, 1, "distance-1", 60, 0);
+    CHECK_EQ(harness_page()->value[0][0], 0);
+    CHECK_EQ(harness_page()->value[0][1], LOCKSTEP_DISTANCE_CLOSE);
+    /* two ranks read one judgement; forced far, the round trip is still measured (0
+     * only if rank 1 never answered at create, which a loaded machine may cause) */
+    CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "FAR", 1), 0);
+    harness_run_clean(probe_body, 2, "distance-2", 60, 0);
+    CHECK_EQ(unsetenv("LOCKSTEP_COMM_DISTANCE"), 0);
+    CHECK_EQ(harness_page()->value[0][0], harness_page()->value[1][0]);
+    if (harness_page()->value[0][0] > 0)
+        CHECK_EQ(harness_page()->value[0][1], LOCKSTEP_DISTANCE_FAR);
+    CHECK_EQ(harness_page()->value[0][1], harness_page()->value[1][1]);
+
+    /* a malformed setting is refused by name */
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    char msg[256];
+    harness_job(p.job, sizeof p.job, "distance-bad");
+    p.size = 2;
+    CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "nearby", 1), 0);
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    CHECK(strstr(msg, "LOCKSTEP_COMM_DISTANCE") != NULL && strstr(msg, "nearby") != NULL);
+    CHECK_EQ(unsetenv("LOCKSTEP_COMM_DISTANCE"), 0);
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), 0);
+}
+
+int main(int argc, char **argv)
+{
+    watchdog(300);
+    const char *t = argc > 1 ? argv[1] : "";
+    if (!strcmp(t, "probe"))
+        test_probe();
+    else if (!strcmp(t, "change"))
+        test_change();
+    else {
+        fprintf(stderr, "usage: %s probe|change\n", argv[0]);
+        return 2;
+    }
+    return 0;
+}

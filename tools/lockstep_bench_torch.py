@@ -1,7 +1,7 @@
 """The torch rows' targets (issue 66), judged on one run's medians (bench_torch.py says
 what each row is). Rows are {"workload", "impl", "param", "median"}."""
 
-OP_OVER_FLOOR_US = 1.5     # lockstep-op over torch-op-floor + lockstep, at every size (2 ranks)
+OP_OVER_FLOOR_US = 1.5     # lockstep-op over noop+lockstep (the do-nothing op, then Comm), every size (2 ranks)
 OP_VS_DEEPSPEED = {2: 0.8, 4: 0.9}  # lockstep-op / deepspeed-shm, 4 B to 4 MiB
 DIST_OVER_FLOOR_US = 2.0   # lockstep-dist over torch-floor, up to 16 KiB (2 ranks)
 DIST_VS_DEEPSPEED = 0.8    # lockstep-dist / deepspeed-shm, from 64 KiB (2 ranks)
@@ -37,11 +37,10 @@ def torch_targets(rows, size_name):
                 continue
             us = lambda p, v: f"{size_name(p)} {v:+.2f} us"  # noqa: E731
             ratio = lambda p, v: f"{size_name(p)} {v:.2f}x"  # noqa: E731
-            need = ("lockstep-op", "torch-op-floor", "lockstep")
-            if ranks == 2:
-                got = [(p, m["lockstep-op"] - m["torch-op-floor"] - m["lockstep"]) for p, m in sorted(med.items())
-                       if all(k in m for k in need)]
-                lines.append(_verdict(f"{w} lockstep-op <= torch-op-floor + lockstep + {OP_OVER_FLOOR_US} us", got,
+            if ranks == 2:  # the op's floor where it runs: torch's dispatch after the last call, then Comm
+                got = [(p, m["lockstep-op"] - m["noop+lockstep"]) for p, m in sorted(med.items())
+                       if "lockstep-op" in m and "noop+lockstep" in m]
+                lines.append(_verdict(f"{w} lockstep-op <= noop+lockstep + {OP_OVER_FLOOR_US} us", got,
                                       lambda v: v > OP_OVER_FLOOR_US, us))
             most = OP_VS_DEEPSPEED[ranks]
             got = [(p, m["lockstep-op"] / m["deepspeed-shm"]) for p, m in sorted(med.items())

@@ -15,7 +15,11 @@ param bytes, 4 B to 16 MiB (1 MiB with quick), by
   lockstep        lockstep.Comm.allreduce(t)
   lockstep-buffer lockstep.Comm.allreduce(z), z a tensor in comm.buffer(): zero-copy
   torch-op-floor  torch.ops.lockstep._noop_(t, handle): an op of the same extension that
-                  does nothing, torch's dispatch and no more
+                  does nothing, torch's dispatch and no more, called back to back
+  noop+lockstep   _noop_(t, handle), then lockstep.Comm.allreduce(t): the op's floor in the
+                  state the op runs in. After a large collective, torch's dispatch path
+                  has left the caches and costs several times torch-op-floor, and more
+                  the larger the transfer that pushed it out; the op can cost no less
   torch-floor     torch.distributed.all_reduce(t, group=f), f a group of torch's own "fake"
                   back end, which does nothing: torch.distributed's cost and no more
   gloo            torch.distributed.all_reduce(t) on gloo
@@ -143,6 +147,7 @@ def main():
         "lockstep": lambda t: comm.allreduce(t),
         "lockstep-buffer": lambda t: comm.allreduce(t),  # given the tensor in the buffer
         "torch-op-floor": lambda t: torch.ops.lockstep._noop_(t, handle),
+        "noop+lockstep": lambda t: (torch.ops.lockstep._noop_(t, handle), comm.allreduce(t)),
         "torch-floor": lambda t: dist.all_reduce(t, group=fake),
         "gloo": lambda t: dist.all_reduce(t),
     }

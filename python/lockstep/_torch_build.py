@@ -3,9 +3,14 @@ at first use, into a cache shared by every process of the user: the first rank t
 builds (about 10 s), the others wait for it and load the same file.
 
 The cache key is the source, the headers it includes from lockstep, torch's version and
-location, the Python ABI and the compiler, so a new torch or lockstep builds anew.
+location, the Python ABI and the compiler (its command, and the program it runs: path,
+size and time), so a new torch, lockstep or compiler builds anew.
 Directory: $LOCKSTEP_CACHE, else $XDG_CACHE_HOME/lockstep, else ~/.cache/lockstep.
-Compiler: $CXX, else c++, g++ or clang++ on PATH."""
+Compiler: $CXX, else c++, g++ or clang++ on PATH. The build is warning-clean with -Wall
+(torch's and Python's headers are system headers to it).
+
+Ahead of time (an image build, a machine without write access at run time):
+    python -m lockstep._torch_build        # prints the module's path"""
 from __future__ import annotations
 
 import fcntl
@@ -53,11 +58,22 @@ def _command(cxx: str, out: str) -> List[str]:
     inc = _lockstep_include()
     lib = cpp_extension.library_paths()[0]
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    return (cxx.split() + ["-O2", "-std=c++20", "-fPIC", "-shared", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-                           "-I", os.path.join(_HERE, "csrc"), "-I", inc, "-I", sysconfig.get_paths()["include"]]
-            + [f"-I{p}" for p in cpp_extension.include_paths()]
+    return (cxx.split() + ["-O2", "-std=c++20", "-fPIC", "-shared", "-Wall", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                           "-I", os.path.join(_HERE, "csrc"), "-I", inc, "-isystem", sysconfig.get_paths()["include"]]
+            + [f"-isystem{p}" for p in cpp_extension.include_paths()]
             + [_SOURCE, "-o", out, f"-L{lib}", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10",
                f"-Wl,-rpath,{lib}"])
+
+
+def _compiler_identity(cxx: str) -> str:
+    """The program cxx runs, as its real path, size and modification time: an upgraded
+    compiler behind the same name builds anew"""
+    path = os.path.realpath(shutil.which(cxx.split()[0]) or cxx.split()[0])
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _key(cxx: str) -> str:
@@ -67,7 +83,8 @@ def _key(cxx: str) -> str:
     for path in (_SOURCE, os.path.join(_HERE, "csrc", "capi.h"), os.path.join(inc, "lockstep", "comm.h")):
         with open(path, "rb") as f:
             h.update(f.read())
-    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or "", cxx):
+    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or "", cxx,
+                 _compiler_identity(cxx)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:20]
 
@@ -98,8 +115,19 @@ def build(force: bool = False) -> str:
                 lines = r.stderr.strip().splitlines()
                 tail = "\n".join(([ln for ln in lines if "error" in ln] or lines)[:10])
                 raise BuildError(f"{cxx} could not build {_SOURCE} (exit {r.returncode}):\n{tail}")
+            if r.stderr.strip():  # built, with warnings: shown, never silenced
+                import warnings
+                warnings.warn(f"{cxx} warned building {_SOURCE}:\n{r.stderr.strip()[:3000]}", RuntimeWarning,
+                              stacklevel=2)
             os.replace(tmp, out)  # whole or not at all, for the ranks that load it
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return out
+
+
+if __name__ == "__main__":
+    try:
+        print(build(force="--force" in sys.argv[1:]))
+    except BuildError as e:
+        sys.exit(f"lockstep: {e}")

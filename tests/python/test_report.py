@@ -80,3 +80,18 @@ def test_round_trip_table(capsys):
     assert out[head + 3].split() == ["allreduce_4r", "251"]
     assert out[head + 4].split() == ["bcast_4r", "64.5"]
     assert out[head - 2].split() == ["lockstep", "1", "(0.50x)"]  # the tables before keep their ratios
+
+
+def test_the_op_is_judged_against_its_floor_where_it_runs():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from lockstep_bench_torch import torch_targets
+    w = "allreduce_torch_2r"
+    rows = [row(w, "lockstep-op", 4, 5.0), row(w, "noop+lockstep", 4, 4.0),       # +1.0: met
+            row(w, "lockstep-op", 4 << 20, 500.0), row(w, "noop+lockstep", 4 << 20, 498.5),  # +1.5: at the bound
+            row(w, "lockstep", 4 << 20, 470.0), row(w, "torch-op-floor", 4 << 20, 3.0)]
+    lines = torch_targets(rows, lambda p: f"{p} B")
+    assert lines[0] == f"{w} lockstep-op <= noop+lockstep + 1.5 us: met at all 2 sizes (worst 4194304 B +1.50 us)"
+    rows[3] = row(w, "noop+lockstep", 4 << 20, 497.0)
+    assert torch_targets(rows, lambda p: f"{p} B")[0] == \
+        f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +3.00 us"

@@ -174,3 +174,26 @@ def test_cpp_ops_refuse_bad_tensors_and_keep_the_peers_in_step():
             lt.unregister(h)
         return True
     run_ranks(body, 2, timeout=60)
+
+
+@needs_torch
+def test_the_ops_build_ahead_of_time_warning_free_and_per_compiler():
+    import lockstep._torch_build as tb
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, LOCKSTEP_CACHE=cache)
+        r = subprocess.run([sys.executable, "-W", "error", "-m", "lockstep._torch_build"], env=env,
+                           capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr  # -W error: a compiler warning would fail it
+        path = r.stdout.strip()
+        assert path.startswith(os.path.join(cache, "torch-ops")) and os.path.exists(path)
+    cmd = tb._command(tb._compiler(), "/dev/null")
+    assert "-Wall" in cmd and "-w" not in cmd
+    # another compiler program behind the same command is another cache entry
+    with tempfile.TemporaryDirectory() as bin_dir:
+        real = tb.shutil.which(tb._compiler().split()[0])
+        fake = os.path.join(bin_dir, "c++")
+        with open(fake, "w") as f:
+            f.write(f'#!/bin/sh\nexec {real} "$@"\n')
+        os.chmod(fake, 0o755)
+        assert tb._compiler_identity(fake) != tb._compiler_identity(real)
+        assert tb._compiler_identity(fake).startswith(os.path.realpath(fake))

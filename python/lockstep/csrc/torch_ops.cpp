@@ -47,28 +47,18 @@ struct gil {
     throw e;
 }
 
-// One collective on the Comm bound to handle. Made without the GIL; takes it for the
-// lookup, refuses on a failed check (refuse()), begins the call (start()), and ends it (finish()).
+// One collective on the Comm bound to handle, made without the GIL. The GIL is taken
+// as few times as a call allows, since each taking costs most when the collective
+// before has pushed the interpreter out of the caches: checks that need no
+// communicator run first without it; begin() takes it once to look the Comm up,
+// resolve the op's name and enter the call; finish() once to leave and raise. A
+// failed check takes it to refuse the call (refuse()), so that the peers' call ends.
 class call {
 public:
-    call(int64_t handle, const char *what) : what_(what)
-    {
-        gil g;
-        auto it = comms.find(handle);
-        if (it == comms.end()) {
-            PyErr_Format(PyExc_ValueError,
-                         "no communicator registered under handle %lld: call lockstep.torch_ops.register(comm)",
-                         (long long)handle);
-            raise_set();
-        }
-        obj_ = it->second.obj;
-        rank_ = it->second.rank;
-        size_ = it->second.size;
-        Py_INCREF(obj_); // an unregister meanwhile does not free it
-    }
+    call(int64_t handle, const char *what) : handle_(handle), what_(what) {}
     ~call()
     {
-        if (!obj_) // finish() let it go
+        if (!obj_) // never looked up, or finish() let it go
             return;
         gil g;
         if (entered_)
@@ -83,6 +73,7 @@ public:
     [[noreturn]] void refuse(PyObject *type, const std::string &msg)
     {
         gil g;
+        look_up();
         PyErr_SetString(type, msg.c_str());
         api->refuse(obj_);
         raise_set();
@@ -110,23 +101,35 @@ public:
                                         "torch." + std::string(c10::getDtypeNames(t.scalar_type()).first));
         }
     }
-    lockstep_op_t op(c10::string_view name)
+    // The communicator's size and rank, for checks that need them (one taking of the GIL)
+    int size()
     {
-        gil g;
-        int code = api->op_code(std::string(name).c_str());
-        if (code < 0) {
-            api->refuse(obj_);
-            raise_set();
+        if (!obj_) { // only this thread touches the call
+            gil g;
+            look_up();
         }
-        return (lockstep_op_t)code;
+        return size_;
     }
-    int size() const { return size_; }
-    int rank() const { return rank_; }
+    int rank()
+    {
+        size();
+        return rank_;
+    }
 
-    // Begin the call: from here the library runs it; finish(rc) ends it
-    lockstep_comm_t *start()
+    // Begin the call, with the op's name when it has one (*code gets it): from here
+    // the library runs it; finish(rc) ends it
+    lockstep_comm_t *begin(c10::string_view op = {}, lockstep_op_t *code = nullptr)
     {
         gil g;
+        look_up();
+        if (code) {
+            int c = api->op_code(std::string(op).c_str());
+            if (c < 0) {
+                api->refuse(obj_);
+                raise_set();
+            }
+            *code = (lockstep_op_t)c;
+        }
         if (api->enter(obj_, what_, &comm_) != 0)
             raise_set();
         entered_ = true;
@@ -147,6 +150,26 @@ public:
     }
 
 private:
+    // Under the GIL: the Comm bound to handle_, held until the call ends (an
+    // unregister meanwhile does not free it); raises when none is
+    void look_up()
+    {
+        if (obj_)
+            return;
+        auto it = comms.find(handle_);
+        if (it == comms.end()) {
+            PyErr_Format(PyExc_ValueError,
+                         "no communicator registered under handle %lld: call lockstep.torch_ops.register(comm)",
+                         (long long)handle_);
+            raise_set();
+        }
+        obj_ = it->second.obj;
+        rank_ = it->second.rank;
+        size_ = it->second.size;
+        Py_INCREF(obj_);
+    }
+
+    int64_t handle_;
     const char *what_;
     PyObject *obj_ = nullptr;
     int rank_ = 0, size_ = 1;
@@ -172,15 +195,16 @@ template <class F> void in_place(at::Tensor &t, F run)
         t.unsafeGetTensorImpl()->bump_version();
 }
 
-void reduce_into(call &c, at::Tensor &t, lockstep_dtype_t dt, lockstep_op_t op)
+void reduce_into(call &c, at::Tensor &t, lockstep_dtype_t dt, c10::string_view op)
 {
-    lockstep_comm_t *comm = c.start();
-    c.finish(api->allreduce(comm, t.data_ptr(), t.data_ptr(), (size_t)t.numel(), dt, op));
+    lockstep_op_t code;
+    lockstep_comm_t *comm = c.begin(op, &code);
+    c.finish(api->allreduce(comm, t.data_ptr(), t.data_ptr(), (size_t)t.numel(), dt, code));
 }
 
 void broadcast_into(call &c, at::Tensor &t, int root)
 {
-    lockstep_comm_t *comm = c.start();
+    lockstep_comm_t *comm = c.begin();
     c.finish(api->broadcast(comm, t.data_ptr(), t.nbytes(), root, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PULL));
 }
 
@@ -198,8 +222,7 @@ void all_reduce_(at::Tensor &t, int64_t handle, c10::string_view op)
     call c(handle, "allreduce");
     c.no_grad(t, "all_reduce_");
     lockstep_dtype_t dt = c.dtype(t);
-    lockstep_op_t code = c.op(op);
-    in_place(t, [&](at::Tensor &d) { reduce_into(c, d, dt, code); });
+    in_place(t, [&](at::Tensor &d) { reduce_into(c, d, dt, op); });
 }
 
 void broadcast_(at::Tensor &t, int64_t handle, int64_t root)
@@ -215,9 +238,8 @@ at::Tensor all_reduce_named(const at::Tensor &t, int64_t handle, c10::string_vie
     call c(handle, "allreduce");
     c.no_grad(t, name);
     lockstep_dtype_t dt = c.dtype(t);
-    lockstep_op_t code = c.op(op);
     at::Tensor out = t.clone(at::MemoryFormat::Contiguous);
-    reduce_into(c, out, dt, code);
+    reduce_into(c, out, dt, op);
     return out;
 }
 
@@ -276,7 +298,7 @@ at::Tensor all_gather_named(const at::Tensor &t, int64_t handle, int64_t dim, co
     std::vector<int64_t> blocks{size};
     blocks.insert(blocks.end(), t.sizes().begin(), t.sizes().end());
     at::Tensor out = at::empty(blocks, t.options());
-    lockstep_comm_t *comm = c.start();
+    lockstep_comm_t *comm = c.begin();
     c.finish(api->allgather(comm, in.data_ptr(), out.data_ptr(), in.nbytes(), LOCKSTEP_ORDER_LINEAR,
                             LOCKSTEP_XFER_PULL));
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -292,9 +314,9 @@ at::Tensor reduce_scatter_named(const at::Tensor &t, int64_t handle, c10::string
     dim = check_dim(c, t, dim, "reduce_scatter");
     std::vector<int64_t> shape = split_shape(c, t, c.size(), dim, "reduce_scatter");
     lockstep_dtype_t dt = c.dtype(t);
-    lockstep_op_t code = c.op(op);
     at::Tensor in = parts(t, c.size(), dim, shape), out = at::empty(shape, t.options());
-    lockstep_comm_t *comm = c.start();
+    lockstep_op_t code;
+    lockstep_comm_t *comm = c.begin(op, &code);
     c.finish(api->reduce_scatter(comm, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), dt, code));
     return out;
 }
@@ -309,7 +331,7 @@ at::Tensor all_to_all_named(const at::Tensor &t, int64_t handle, int64_t scatter
     std::vector<int64_t> part = split_shape(c, t, size, scatter_dim, "all_to_all");
     gather_dim = check_dim(c, t, gather_dim, "all_to_all", "gather_dim");
     at::Tensor in = parts(t, size, scatter_dim, part), got = at::empty(in.sizes(), t.options());
-    lockstep_comm_t *comm = c.start();
+    lockstep_comm_t *comm = c.begin();
     c.finish(api->alltoall(comm, in.data_ptr(), got.data_ptr(), in.nbytes() / (size_t)size));
     std::vector<int64_t> shape = part;
     shape[gather_dim] *= size;

@@ -45,7 +45,7 @@ void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
  * with a plain store; a parker's membarrier fences every registered process), but only
  * if every process that publishes or parks on its words is registered too: one that is
  * not would publish without a fence the parker can force. lockstep_comm agrees on it
- * across its ranks at create (comm.c). */
+ * across its ranks at create (src/comm/create.c). */
 int ls_wait_global_fences(void);
 
 /* fork(2): ls_fork_gen() is 0 in the process that loaded the library and one more in

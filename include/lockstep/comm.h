@@ -141,6 +141,14 @@ typedef enum lockstep_kernel_copy {
     LOCKSTEP_KERNEL_COPY_WIDE = 2  /* past the windows' upper limits too */
 } lockstep_kernel_copy_t;
 
+/* How far apart the ranks sit, which decides between routes (see Routes above) */
+typedef enum lockstep_distance {
+    LOCKSTEP_DISTANCE_CLOSE = 0, /* a cache line's round trip under 120 ns: one die */
+    LOCKSTEP_DISTANCE_FAR = 1,   /* slower: other sockets or core complexes, or vCPUs the
+                                    host has placed apart */
+    LOCKSTEP_DISTANCE_AUTO = 2   /* params.distance only: judge from the probe */
+} lockstep_distance_t;
+
 #define LOCKSTEP_COMM_MAX_RANKS 256
 #define LOCKSTEP_COMM_JOB_MAX 200
 
@@ -186,11 +194,32 @@ typedef struct lockstep_comm_params {
     lockstep_kernel_copy_t kernel_copy; /* each rank's own; the environment variable
                                            LOCKSTEP_KERNEL_COPY (auto, off, wide)
                                            overrides it, for experiments */
+    lockstep_distance_t distance;       /* AUTO (the default): routes follow the probe
+                                           (lockstep_comm_distance); CLOSE or FAR fix
+                                           them. Rank 0's counts; the environment
+                                           variable LOCKSTEP_COMM_DISTANCE (auto, close,
+                                           far) in rank 0 overrides it */
+    /* Thresholds of the route table (Routes above), 0 for the table's own. Each has an
+     * environment variable that overrides it, for experiments. */
+    size_t relay_bytes;                 /* zero-copy PUSH broadcasts among 3 or more ranks
+                                           from this size are relayed along the root's
+                                           order; 0: 1 MiB; up to 2**31; rank 0's counts;
+                                           LOCKSTEP_COMM_RELAY_BYTES */
+    size_t zero_copy_min_bytes;         /* calls whose buffers all lie in the shared
+                                           buffers run zero-copy from this size (the
+                                           allreduce: times ranks per CPU); 0: 1 KiB; up
+                                           to 2**30; each rank's own;
+                                           LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES */
+    size_t prefetch_max_bytes;          /* the small allreduce among 3 or more ranks asks
+                                           for every peer's slot first while all of them
+                                           together are at most this; 0: 8 KiB; up to
+                                           2**30; each rank's own;
+                                           LOCKSTEP_COMM_PREFETCH_MAX_BYTES */
 } lockstep_comm_params_t;
 
 /* job "", rank 0, size 1, timeout 60 s, default policy, small 256 KiB, allreduce small
  * 0 (the table's), chunk 1 MiB, no pool, no buffer, cpu_sharers 0, no eager
- * broadcasts, kernel copies AUTO. */
+ * broadcasts, kernel copies AUTO, distance AUTO, the table's thresholds. */
 lockstep_comm_params_t lockstep_comm_params_default(void);
 
 /* Fill rank, size and job from the environment: torchrun's LOCAL_RANK and
@@ -285,19 +314,12 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 
-/* How far apart the ranks sit, which decides between routes (see Routes above) */
-typedef enum lockstep_distance {
-    LOCKSTEP_DISTANCE_CLOSE = 0, /* a cache line's round trip under 120 ns: one die */
-    LOCKSTEP_DISTANCE_FAR = 1    /* slower: other sockets or core complexes, or vCPUs the
-                                    host has placed apart */
-} lockstep_distance_t;
-
 /* The ranks' distance as last judged: rank 0 and rank 1 bounce a cache line at create
  * and every 1024 calls (after the call's announcement), and every rank's routes follow
  * rank 0's judgement from its next call on. *round_trip_ns (if not NULL) gets the
  * round trip judged from, 0 while none was measured (one rank, ranks outnumbering the
- * CPUs, or rank 1 did not answer). LOCKSTEP_COMM_DISTANCE=close or far in rank 0's
- * environment overrides the judgement, for experiments.
+ * CPUs, or rank 1 did not answer). Rank 0's params.distance or LOCKSTEP_COMM_DISTANCE
+ * (close or far) overrides the judgement; the round trip is still measured.
  * Returns a lockstep_distance_t, or -EINVAL for NULL. Concurrency: any call. */
 int lockstep_comm_distance(const lockstep_comm_t *comm, uint32_t *round_trip_ns);
 

@@ -101,6 +101,7 @@ Order = Literal["linear", "rotated", "random", "topology"]
 Xfer = Literal["pull", "push"]
 WaitPolicy = Literal["default", "auto", "active", "passive"]
 KernelCopy = Literal["auto", "off", "wide"]
+Distance = Literal["auto", "close", "far"]
 # an integer argument: an int, a numpy integer, or a string holding one (an
 # environment variable's value)
 IntArg = Union[SupportsIndex, str]
@@ -121,6 +122,7 @@ _ORDERS = {name: code for code, name in enumerate(_lockstep.ORDERS)}  # linear, 
 _XFERS = {name: code for code, name in enumerate(_lockstep.XFERS)}  # pull, push
 _POLICIES = {name: code for code, name in enumerate(_lockstep.WAIT_POLICIES)}  # default, auto, active, passive
 _KERNEL_COPY = {"auto": 0, "off": 1, "wide": 2}  # lockstep_kernel_copy_t
+_DISTANCE = {"close": 0, "far": 1, "auto": 2}  # lockstep_distance_t
 _OPS = {name: code for code, name in enumerate(_lockstep.OPS)}  # sum, max, min
 _NUMPY_CODES = {"f4": 0, "f2": 1, "i4": 3}  # numpy has no bfloat16: torch tensors for that
 _TORCH_DTYPES: Dict[Any, int] = {}  # torch dtype -> lockstep code, filled by _torch_seen
@@ -331,13 +333,16 @@ class Comm:
     for op, order and xfer, a recv given) the whole call runs in C (16 floats at 2
     ranks: 0.13-0.25 us over the C call alone for numpy, 0.2-0.5 for tensors, whose
     attributes cost); the rest (tensor subclasses, a tensor that requires grad to write
-    into, a recv to make) goes on in Python."""
+    into, a recv to make) goes on in Python.
+
+    distance: "auto" (routes follow the ranks' distance as probed, see Comm.distance),
+    or "close" or "far" to fix it (rank 0's setting counts)."""
 
     def __init__(self, job: Union[str, int], rank: IntArg, size: IntArg,
                  timeout: Union[float, _timedelta, None] = 60.0, wait_policy: WaitPolicy = "default",
                  small_bytes: IntArg = 0, chunk_bytes: IntArg = 0, allreduce_small_bytes: IntArg = 0,
                  buffer_bytes: IntArg = 0, cpu_sharers: IntArg = 0, broadcast_eager_bytes: IntArg = 0,
-                 kernel_copy: KernelCopy = "auto") -> None:
+                 kernel_copy: KernelCopy = "auto", distance: Distance = "auto") -> None:
         nbytes = (_int_arg(small_bytes, "small_bytes", 63), _int_arg(chunk_bytes, "chunk_bytes", 63),
                   _int_arg(allreduce_small_bytes, "allreduce_small_bytes", 63),
                   _int_arg(buffer_bytes, "buffer_bytes", 63))
@@ -348,7 +353,7 @@ class Comm:
                                  _code(_POLICIES, wait_policy, "wait_policy"), *nbytes,
                                  _int_arg(cpu_sharers, "cpu_sharers"),
                                  _int_arg(broadcast_eager_bytes, "broadcast_eager_bytes", 63),
-                                 _code(_KERNEL_COPY, kernel_copy, "kernel_copy"))
+                                 _code(_KERNEL_COPY, kernel_copy, "kernel_copy"), _code(_DISTANCE, distance, "distance"))
         self.job: str = str(job)
         self.rank: int = self._c.rank
         self.size: int = self._c.size
@@ -482,7 +487,7 @@ class Comm:
     @property
     def route(self) -> str:
         """The route this rank's last call took: "none", "inline", "small", "chunked",
-        "zero-copy", "kernel-copy" or "eager" (docs/comm.md has the table)."""
+        "zero-copy", "kernel-copy" or "eager" (the Routes table of lockstep/comm.h)."""
         return self._c.route
 
     @property

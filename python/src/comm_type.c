@@ -26,13 +26,14 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"job", "rank", "size", "timeout_ms", "wait_policy", "small_bytes", "chunk_bytes",
                              "allreduce_small_bytes", "buffer_bytes", "cpu_sharers", "broadcast_eager_bytes",
-                             "kernel_copy", NULL};
+                             "kernel_copy", "distance", NULL};
     const char *job;
-    int rank, size, policy = 0, sharers = 0, kcopy = 0;
+    int rank, size, policy = 0, sharers = 0, kcopy = 0, distance = LOCKSTEP_DISTANCE_AUTO;
     long long timeout_ms = 60000;
     Py_ssize_t small = 0, chunk = 0, ar_small = 0, buffer = 0, eager = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|Linnnnini", kwlist, &job, &rank, &size, &timeout_ms,
-                                     &policy, &small, &chunk, &ar_small, &buffer, &sharers, &eager, &kcopy))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sii|Linnnninii", kwlist, &job, &rank, &size, &timeout_ms,
+                                     &policy, &small, &chunk, &ar_small, &buffer, &sharers, &eager, &kcopy,
+                                     &distance))
         return -1;
     if (self->comm) {
         PyErr_SetString(PyExc_RuntimeError, "Comm.__init__ called twice");
@@ -68,6 +69,7 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
     p.cpu_sharers = sharers;
     p.broadcast_eager_bytes = (size_t)eager;
     p.kernel_copy = (lockstep_kernel_copy_t)kcopy;
+    p.distance = (lockstep_distance_t)distance;
     p.cancel = py_cancel;
     char why[160]; /* the job's length is checked above: p.job would hide it */
     if (lockstep_comm_params_check(&p, why, sizeof why)) {
@@ -316,7 +318,8 @@ PyTypeObject lsp_CommType = {
     .tp_basicsize = sizeof(CommObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Comm(job, rank, size, timeout_ms=60000, wait_policy=0, small_bytes=0, chunk_bytes=0, "
-              "allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0, broadcast_eager_bytes=0, kernel_copy=0)",
+              "allreduce_small_bytes=0, buffer_bytes=0, cpu_sharers=0, broadcast_eager_bytes=0, kernel_copy=0, "
+              "distance=2)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)comm_init,
     .tp_dealloc = (destructor)comm_dealloc,

@@ -18,7 +18,7 @@
  * bits.
  *
  * Zero-copy (send and recv inside the caller's lockstep_comm_buffer on every rank, and
- * at least LS_ZERO_COPY_MIN bytes): each rank posts its offsets in its announcement;
+ * at least zero_copy_min_bytes, LS_ZERO_COPY_MIN by default): each rank posts its offsets in its announcement;
  * once all have announced, each rank reduces its 1/N of the elements from every rank's
  * send straight into every rank's recv, and one step ends the call. Only rank me ever
  * touches elements [lo, hi) of any rank's buffers, so in place is safe. If only some
@@ -45,7 +45,7 @@ static void copy_in(lockstep_comm_t *c, const char *src, size_t n, size_t es, ch
 }
 
 /* The small path with 3 or more ranks asks for every peer's slot before reducing
- * (LS_PREFETCH_MAX) */
+ * (prefetch_max_bytes, LS_PREFETCH_MAX by default) */
 static void prefetch_peers(const void *const *in, int N, int me, size_t bytes)
 {
     for (int k = 0; k < N; k++)
@@ -136,7 +136,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
 
     int small = bytes <= c->hdr->allreduce_small;
     struct ls_zc_offsets mine = {LS_NO_OFFSET, LS_NO_OFFSET};
-    if ((!small || bytes >= LS_ZERO_COPY_MIN * c->per_cpu) &&
+    if ((!small || bytes >= c->zc_min * c->per_cpu) &&
         (mine.recv = ls_buffer_offset(c, recv, bytes)) != LS_NO_OFFSET)
         mine.send = ls_buffer_offset(c, send, bytes);
     int zc_mine = mine.send != LS_NO_OFFSET; /* send alone in the buffer counts as none */
@@ -189,7 +189,7 @@ static int allreduce(lockstep_comm_t *c, const void *send, void *recv, size_t co
         }
         for (int k = 0; k < N; k++)
             in[k] = k == me ? send : ls_small(c, k, b);
-        if (N > 2 && bytes * (size_t)(N - 1) <= LS_PREFETCH_MAX)
+        if (N > 2 && bytes * (size_t)(N - 1) <= c->prefetch_max)
             prefetch_peers(in, N, me, bytes);
         ls_reduce(dtype, op, recv, NULL, 0, in, N, count);
         return 0;

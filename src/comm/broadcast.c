@@ -15,7 +15,7 @@
  *     receivers' last reads before the root writes the ring again;
  *   zero-copy PUSH, when every receiver's buf lies in its lockstep_comm_buffer: the root
  *     copies straight into each receiver's buffer and one step tells that all copies
- *     are done; from LS_RELAY_MIN among 3 or more ranks relayed along the root's order
+ *     are done; from relay_bytes (LS_RELAY_MIN) among 3+ ranks relayed along the root's order
  *     instead; with the root's buf in its buffer too, shared (split_broadcast);
  *   kernel copy between 2 ranks (LS_KCOPY_BROADCAST), small or not: each moves half.
  * PULL has no zero-copy form: receivers reading the root's buffer themselves were no
@@ -207,7 +207,7 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     ls_kcopy_post(c, offer ? buf : NULL, buf);
     /* the relay's chain, the root's order, goes in the root's small slot for this call
      * (large calls leave it unused; written before announcing, as a small payload is) */
-    int relay = xfer == LOCKSTEP_XFER_PUSH && np >= 2 && bytes >= LS_RELAY_MIN;
+    int relay = xfer == LOCKSTEP_XFER_PUSH && np >= 2 && bytes >= c->hdr->relay_bytes;
     unsigned char *chain = (unsigned char *)ls_small(c, root, (c->seq + 1) & 1);
     _Static_assert(LOCKSTEP_COMM_MAX_RANKS <= 256, "a rank fits a byte, the chain a small slot (256 B or more)");
     for (int i = 0; relay && me == root && i < np; i++)

@@ -37,7 +37,7 @@ static int all_missing_elsewhere(lockstep_comm_t *c, struct ls_peer_words pw, ui
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank || ls_reached(ls_load_acquire(&peer_word(c, r, pw)->value), t))
             continue;
-        int where = __atomic_load_n((int32_t *)(void *)((char *)ls_ctl(c, r) + pw.where), __ATOMIC_RELAXED);
+        int where = ls_load_relaxed((int32_t *)(void *)((char *)ls_ctl(c, r) + pw.where));
         if (where < 0 || where == cpu)
             return 0;
     }
@@ -87,7 +87,7 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
     c->desc = d;
     a->desc = d;
     int cpu = track_cpu(c) ? sched_getcpu() : -1;
-    __atomic_store_n(&a->where, cpu, __ATOMIC_RELAXED);
+    ls_store_relaxed(&a->where, cpu);
     /* release: the descriptor and any payload (ann.data, small[s & 1]) before seq */
     lockstep_wait_publish(&c->wait, &a->seq, s);
     if (!wait_all)
@@ -139,14 +139,14 @@ void ls_comm_publish_step(lockstep_comm_t *c, uint32_t t)
 {
     ls_ctl_t *me = ls_ctl(c, c->rank);
     if (track_cpu(c))
-        __atomic_store_n(&me->own.where, sched_getcpu(), __ATOMIC_RELAXED);
+        ls_store_relaxed(&me->own.where, sched_getcpu());
     lockstep_wait_publish(&c->wait, &me->own.step, t);
 }
 
 int ls_comm_wait_steps(lockstep_comm_t *c, uint32_t t, uint64_t deadline)
 {
     struct ls_peer_words pw = {offsetof(ls_ctl_t, own.step), offsetof(ls_ctl_t, own.where)};
-    int cpu = track_cpu(c) ? __atomic_load_n(&ls_ctl(c, c->rank)->own.where, __ATOMIC_RELAXED) : -1;
+    int cpu = track_cpu(c) ? ls_load_relaxed(&ls_ctl(c, c->rank)->own.where) : -1;
     return wait_peers(c, pw, t, cpu, &deadline);
 }
 

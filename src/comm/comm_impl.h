@@ -62,6 +62,9 @@ struct lockstep_comm {
     int kcopy;        /* this rank reaches every peer by kernel copy (probed at create) */
     int kcopy_wide;   /* params.kernel_copy: LOCKSTEP_KERNEL_COPY_WIDE */
     int route;        /* the route my last call took (lockstep_comm_route_t) */
+    int distance;     /* params.distance (rank 0's judges: distance.c) */
+    size_t zc_min;       /* params.zero_copy_min_bytes, or LS_ZERO_COPY_MIN */
+    size_t prefetch_max; /* params.prefetch_max_bytes, or LS_PREFETCH_MAX */
 
     /* peer orders (topology.c) */
     int topo[LOCKSTEP_COMM_MAX_RANKS]; /* peers, nearest first (ORDER_TOPOLOGY) */
@@ -96,7 +99,7 @@ static inline int ls_comm_enter(lockstep_comm_t *c)
 
 static inline int ls_comm_leave(lockstep_comm_t *c, int rc)
 {
-    __atomic_store_n(&c->entered, 0, __ATOMIC_RELEASE);
+    ls_store_release(&c->entered, 0);
     return rc;
 }
 
@@ -126,7 +129,7 @@ static inline int ls_fits(const lockstep_comm_t *c)
  * offer differently, and that call takes the route every rank offers. */
 static inline int ls_far(const lockstep_comm_t *c)
 {
-    return __atomic_load_n(&c->state->far, __ATOMIC_RELAXED) != 0;
+    return ls_load_relaxed(&c->state->far) != 0;
 }
 
 /* Whether this rank offers a kernel copy for blocks of `bytes` on a route with window
@@ -202,7 +205,7 @@ int ls_comm_fail(lockstep_comm_t *c, int code);
 int ls_comm_report_failure(lockstep_comm_t *c, uint32_t f);
 static inline int ls_comm_failed(lockstep_comm_t *c)
 {
-    uint32_t f = __atomic_load_n(&c->state->failed, __ATOMIC_ACQUIRE);
+    uint32_t f = ls_load_acquire(&c->state->failed);
     return LS_LIKELY(f == 0) ? 0 : ls_comm_report_failure(c, f);
 }
 int ls_comm_wait_word_slow(lockstep_comm_t *c, int peer, lockstep_waitword_t *ww, uint32_t target,
@@ -238,6 +241,10 @@ void ls_comm_topology(lockstep_comm_t *c);
 /* params.c: LOCKSTEP_KERNEL_COPY as LOCKSTEP_KERNEL_COPY_*, -2 unset, -1 (and *bad =
  * the value) for anything else */
 int ls_kernel_copy_env(const char **bad);
+/* A threshold (params' relay_bytes, zero_copy_min_bytes, prefetch_max_bytes) as the
+ * environment sets it over the params: the value, or `given` when the variable is
+ * unset; -1 when it is malformed or past max (*bad = the variable's name) */
+long long ls_threshold(const char *var, size_t given, size_t max, const char **bad);
 /* LOCKSTEP_COMM_DISTANCE: 0 close, 1 far, -2 auto or unset, -1 malformed (*bad = it) */
 int ls_distance_env(const char **bad);
 

@@ -73,7 +73,7 @@ static int abandoned(int fd, uint32_t here)
             /* the lock tells only in a segment of this protocol (older ones took none) */
             dead = h->creator_pid > 0 &&
                    (!ls_pid_alive(h->creator_pid, h->creator_ns, here) ||
-                    (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == LS_COMM_MAGIC && !ls_byte_locked(fd, 0)));
+                    (ls_load_acquire(&h->magic) == LS_COMM_MAGIC && !ls_byte_locked(fd, 0)));
             munmap(h, sizeof *h);
         }
     }
@@ -144,6 +144,123 @@ static void refuse_layout(int fd)
     munmap(m, 2 * LS_LINE);
 }
 
+/* The segment's layout and the size switches, as rank 0 writes them into the header
+ * (the joiners compute the same to check it); returns the barrier's size. */
+static size_t plan(const lockstep_comm_params_t *p, lockstep_comm_t *c, unsigned sharers, ls_seg_hdr_t *want)
+{
+    memset(want, 0, sizeof *want);
+    want->size = (uint32_t)p->size;
+    want->small_bytes = p->small_bytes;
+    unsigned cpus = (unsigned)lockstep_cpus_available();
+    c->per_cpu = (sharers + cpus - 1) / cpus; /* sharers >= 1, cpus >= 1 */
+    int oversubscribed = !ls_fits(c);
+    size_t fits = LS_SMALL_FITS / (size_t)(p->size > 1 ? p->size - 1 : 1) / 256 * 256;
+    size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
+                      : oversubscribed         ? LS_SMALL_OVERSUBSCRIBED
+                      : fits > LS_SMALL_FITS_MIN ? fits
+                                                   : LS_SMALL_FITS_MIN;
+    want->allreduce_small = ar_small < p->small_bytes ? ar_small : p->small_bytes;
+    /* the block exchanges switch earlier: their small path copies every block twice */
+    size_t x_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
+                     : oversubscribed         ? LS_SMALL_OVERSUBSCRIBED
+                                              : LS_SMALL_FITS_MIN;
+    want->exchange_small = x_small < p->small_bytes ? x_small : p->small_bytes;
+    want->chunk_bytes = p->chunk_bytes;
+    size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
+    want->off_barrier = 2 * LS_LINE;
+    want->off_ctl = align_up(want->off_barrier + bsize, LS_LINE);
+    want->off_data = align_up(want->off_ctl + (size_t)p->size * sizeof(ls_ctl_t), 4096);
+    want->eager_bytes = p->broadcast_eager_bytes;
+    want->eager_stride =
+        want->eager_bytes ? align_up(offsetof(ls_eager_entry_t, data) + want->eager_bytes, LS_LINE) : 0;
+    want->data_stride =
+        align_up(2 * p->small_bytes + 2 * p->chunk_bytes + LS_EAGER_DEPTH * want->eager_stride, 4096);
+    want->buffer_bytes = align_up(p->buffer_bytes, 4096);
+    want->off_buf = want->off_data + (size_t)p->size * want->data_stride;
+    want->total = want->off_buf + (size_t)p->size * want->buffer_bytes;
+    /* rank 0 decides the step for everyone: ranks may see different CPU counts */
+    want->relay_bytes = (uint32_t)ls_threshold("LOCKSTEP_COMM_RELAY_BYTES", p->relay_bytes, (size_t)1 << 31, NULL);
+    if (!want->relay_bytes)
+        want->relay_bytes = LS_RELAY_MIN;
+    want->step_bytes = (uint32_t)p->chunk_bytes; /* at most 2**30 (params_check) */
+    if (oversubscribed && want->step_bytes > LS_OVERSUBSCRIBED_STEP)
+        want->step_bytes = LS_OVERSUBSCRIBED_STEP;
+    return bsize;
+}
+
+/* A joiner: wait until rank 0's segment is there, finished, from a live creator, with
+ * the layout this rank computed (want); its fd, or a negative errno (EPROTO: another
+ * build's; LOCKSTEP_EMISMATCH: another layout, recorded for the ranks waiting). */
+static int open_joined(const char *name, const ls_seg_hdr_t *want, const lockstep_comm_params_t *p,
+                       uint64_t deadline)
+{
+    for (;;) {
+        int fd = shm_open(name, O_RDWR, 0600);
+        if (fd >= 0) {
+            struct stat st;
+            int ready = 0, differs = 0, other_build = 0;
+            if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
+                ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+                if (h != MAP_FAILED) {
+                    /* only a finished header from a live creator counts; one of another
+                     * build's protocol is refused, and left alone */
+                    uint32_t magic = ls_load_acquire(&h->magic);
+                    other_build = ls_is_segment(magic) && magic != LS_COMM_MAGIC;
+                    if (magic == LS_COMM_MAGIC && ls_pid_alive(h->creator_pid, h->creator_ns, ls_pid_ns()) &&
+                        ls_byte_locked(fd, 0)) {
+                        differs = h->size != want->size || h->small_bytes != want->small_bytes ||
+                                  (p->allreduce_small_bytes && h->allreduce_small != want->allreduce_small) ||
+                                  h->chunk_bytes != want->chunk_bytes || h->buffer_bytes != want->buffer_bytes ||
+                                  h->eager_bytes != want->eager_bytes || h->total != want->total;
+                        ready = !differs && (size_t)st.st_size >= want->total;
+                    }
+                    munmap(h, sizeof *h);
+                }
+            }
+            if (ready)
+                return fd;
+            if (differs) /* rank 0 was created with a different size or slots */
+                refuse_layout(fd);
+            close(fd);
+            if (other_build)
+                return -EPROTO;
+            if (differs)
+                return -LOCKSTEP_EMISMATCH;
+        } else if (errno != ENOENT) {
+            return -errno;
+        }
+        if (deadline && lockstep_now_ns() >= deadline)
+            return -ETIMEDOUT;
+        if (p->cancel && p->cancel(p->cancel_arg))
+            return -ECANCELED;
+        sleep_ms(1);
+    }
+}
+
+/* After the rendezvous, before any other wait: what every rank decides alike from what
+ * all wrote before joining (nothing is published or parked on with c->wait until
+ * then), and this rank's routes */
+static void settle(lockstep_comm_t *c, const lockstep_comm_params_t *p, uint64_t deadline)
+{
+    int all_fences = 1;
+    for (int r = 0; r < c->size; r++)
+        all_fences &= ls_load_relaxed(&ls_ctl(c, r)->own.fences) == 1;
+    if (all_fences)
+        c->wait.flags |= LOCKSTEP_WAIT_F_ASYM;
+    c->busy = -1;
+    int env = ls_kernel_copy_env(NULL), mode = env >= 0 ? env : (int)p->kernel_copy;
+    c->kcopy_wide = mode == LOCKSTEP_KERNEL_COPY_WIDE;
+    c->distance = (int)p->distance;
+    long long zc = ls_threshold("LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES", p->zero_copy_min_bytes, (size_t)1 << 30, NULL);
+    long long pf = ls_threshold("LOCKSTEP_COMM_PREFETCH_MAX_BYTES", p->prefetch_max_bytes, (size_t)1 << 30, NULL);
+    c->zc_min = zc > 0 ? (size_t)zc : LS_ZERO_COPY_MIN; /* checked by params_check */
+    c->prefetch_max = pf > 0 ? (size_t)pf : LS_PREFETCH_MAX;
+    ls_kcopy_init(c, mode != LOCKSTEP_KERNEL_COPY_OFF);
+    ls_comm_topology(c);
+    uint64_t probe_until = lockstep_now_ns() + LS_PROBE_CREATE_NS; /* rank 1 may be waking */
+    ls_distance_probe(c, deadline && deadline < probe_until ? deadline : probe_until);
+}
+
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
 {
     int err = EINVAL;
@@ -174,41 +291,8 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         return NULL;
     }
 
-    /* layout */
     ls_seg_hdr_t want;
-    memset(&want, 0, sizeof want);
-    want.size = (uint32_t)p->size;
-    want.small_bytes = p->small_bytes;
-    unsigned cpus = (unsigned)lockstep_cpus_available();
-    c->per_cpu = (sharers + cpus - 1) / cpus; /* sharers >= 1, cpus >= 1 */
-    int oversubscribed = !ls_fits(c);
-    size_t fits = LS_SMALL_FITS / (size_t)(p->size > 1 ? p->size - 1 : 1) / 256 * 256;
-    size_t ar_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
-                      : oversubscribed         ? LS_SMALL_OVERSUBSCRIBED
-                      : fits > LS_SMALL_FITS_MIN ? fits
-                                                   : LS_SMALL_FITS_MIN;
-    want.allreduce_small = ar_small < p->small_bytes ? ar_small : p->small_bytes;
-    /* the block exchanges switch earlier: their small path copies every block twice */
-    size_t x_small = p->allreduce_small_bytes ? p->allreduce_small_bytes
-                     : oversubscribed         ? LS_SMALL_OVERSUBSCRIBED
-                                              : LS_SMALL_FITS_MIN;
-    want.exchange_small = x_small < p->small_bytes ? x_small : p->small_bytes;
-    want.chunk_bytes = p->chunk_bytes;
-    size_t bsize = lockstep_barrier_size(LOCKSTEP_BARRIER_AUTO, (unsigned)p->size, 0);
-    want.off_barrier = 2 * LS_LINE;
-    want.off_ctl = align_up(want.off_barrier + bsize, LS_LINE);
-    want.off_data = align_up(want.off_ctl + (size_t)p->size * sizeof(ls_ctl_t), 4096);
-    want.eager_bytes = p->broadcast_eager_bytes;
-    want.eager_stride = want.eager_bytes ? align_up(offsetof(ls_eager_entry_t, data) + want.eager_bytes, LS_LINE) : 0;
-    want.data_stride = align_up(2 * p->small_bytes + 2 * p->chunk_bytes + LS_EAGER_DEPTH * want.eager_stride, 4096);
-    want.buffer_bytes = align_up(p->buffer_bytes, 4096);
-    want.off_buf = want.off_data + (size_t)p->size * want.data_stride;
-    want.total = want.off_buf + (size_t)p->size * want.buffer_bytes;
-    /* rank 0 decides the step for everyone: ranks may see different CPU counts */
-    want.step_bytes = (uint32_t)p->chunk_bytes; /* at most 2**30 (params_check) */
-    if (oversubscribed && want.step_bytes > LS_OVERSUBSCRIBED_STEP)
-        want.step_bytes = LS_OVERSUBSCRIBED_STEP;
-
+    size_t bsize = plan(p, c, sharers, &want);
     char name[LOCKSTEP_COMM_JOB_MAX + 16];
     shm_name(name, sizeof name, p->job);
     uint64_t deadline = c->timeout_ns ? lockstep_now_ns() + c->timeout_ns : 0;
@@ -220,62 +304,9 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
             err = -fd;
             goto fail;
         }
-    } else {
-        for (;;) {
-            fd = shm_open(name, O_RDWR, 0600);
-            if (fd >= 0) {
-                struct stat st;
-                int ready = 0, differs = 0;
-                if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(ls_seg_hdr_t)) {
-                    ls_seg_hdr_t *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
-                    if (h != MAP_FAILED) {
-                        /* only a finished header from a live creator counts; one of
-                         * another build's protocol is refused, and left alone */
-                        uint32_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
-                        if (ls_is_segment(magic) && magic != LS_COMM_MAGIC) {
-                            munmap(h, sizeof *h);
-                            close(fd);
-                            fd = -1;
-                            err = EPROTO;
-                            goto fail;
-                        }
-                        if (magic == LS_COMM_MAGIC && ls_pid_alive(h->creator_pid, h->creator_ns, c->pid_ns) &&
-                            ls_byte_locked(fd, 0)) {
-                            differs = h->size != want.size || h->small_bytes != want.small_bytes ||
-                                      (p->allreduce_small_bytes && h->allreduce_small != want.allreduce_small) ||
-                                      h->chunk_bytes != want.chunk_bytes ||
-                                      h->buffer_bytes != want.buffer_bytes || h->eager_bytes != want.eager_bytes ||
-                                      h->total != want.total;
-                            ready = !differs && (size_t)st.st_size >= want.total;
-                        }
-                        munmap(h, sizeof *h);
-                    }
-                }
-                if (ready)
-                    break;
-                if (differs) { /* rank 0 was created with a different size or slots */
-                    refuse_layout(fd);
-                    close(fd);
-                    fd = -1;
-                    err = LOCKSTEP_EMISMATCH;
-                    goto fail;
-                }
-                close(fd);
-                fd = -1;
-            } else if (errno != ENOENT) {
-                err = errno;
-                goto fail;
-            }
-            if (deadline && lockstep_now_ns() >= deadline) {
-                err = ETIMEDOUT;
-                goto fail;
-            }
-            if (p->cancel && p->cancel(p->cancel_arg)) {
-                err = ECANCELED;
-                goto fail;
-            }
-            sleep_ms(1);
-        }
+    } else if ((fd = open_joined(name, &want, p, deadline)) < 0) {
+        err = -fd;
+        goto fail;
     }
     /* my liveness lock, before anything that shows my rank: before my claim below, and
      * for rank 0 before the magic that shows the segment (see ls_lock_byte) */
@@ -311,7 +342,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
             err = -rc;
             goto fail_unlink;
         }
-        __atomic_store_n(&c->hdr->magic, LS_COMM_MAGIC, __ATOMIC_RELEASE); /* step 1 done */
+        ls_store_release(&c->hdr->magic, LS_COMM_MAGIC); /* step 1 done */
     }
 
     ls_ctl_t *me = ls_ctl(c, c->rank);
@@ -326,12 +357,12 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         err = EBUSY;
         goto fail;
     }
-    __atomic_store_n(&me->own.pid_ns, c->pid_ns, __ATOMIC_RELEASE); /* until then: not judged */
+    ls_store_release(&me->own.pid_ns, c->pid_ns); /* until then: not judged */
     me->own.fences = global_fences_wanted() && ls_wait_global_fences();
     me->own.cpu = sched_getcpu();
     me->own.base = (uint64_t)(uintptr_t)c->base;
     me->own.where = me->ann[0].where = me->ann[1].where = -1; /* unknown: see wait_peers */
-    __atomic_fetch_add(&c->state->joined.value, 1u, __ATOMIC_SEQ_CST);
+    ls_fetch_add(&c->state->joined.value, 1u, __ATOMIC_SEQ_CST);
     lockstep_wait_wake(&c->wait, &c->state->joined);
     rc = ls_comm_wait_word(c, -1, &c->state->joined, (uint32_t)c->size, deadline);
     if (rc) {
@@ -339,20 +370,7 @@ lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)
         goto fail_unlink;
     }
     shm_unlink(name); /* step 4: the name is gone, the mappings stay */
-    /* before any other wait: every rank decides alike, from what all wrote before
-     * joining, and nothing is published or parked on with c->wait until it has */
-    int all_fences = 1;
-    for (int r = 0; r < c->size; r++)
-        all_fences &= __atomic_load_n(&ls_ctl(c, r)->own.fences, __ATOMIC_RELAXED) == 1;
-    if (all_fences)
-        c->wait.flags |= LOCKSTEP_WAIT_F_ASYM;
-    c->busy = -1;
-    int env = ls_kernel_copy_env(NULL), mode = env >= 0 ? env : (int)p->kernel_copy;
-    c->kcopy_wide = mode == LOCKSTEP_KERNEL_COPY_WIDE;
-    ls_kcopy_init(c, mode != LOCKSTEP_KERNEL_COPY_OFF);
-    ls_comm_topology(c);
-    uint64_t probe_until = lockstep_now_ns() + LS_PROBE_CREATE_NS; /* rank 1 may be waking */
-    ls_distance_probe(c, deadline && deadline < probe_until ? deadline : probe_until);
+    settle(c, p, deadline);
     return c;
 
 fail_unlink:
@@ -372,7 +390,7 @@ void lockstep_comm_free(lockstep_comm_t *c)
     if (!c)
         return;
     if (c->fork_gen == ls_fork_gen()) /* not a forked child's copy: the rank is mine */
-        __atomic_store_n(&ls_ctl(c, c->rank)->own.left, 1u, __ATOMIC_RELEASE);
+        ls_store_release(&ls_ctl(c, c->rank)->own.left, 1u);
     munmap(c->base, c->total);
     if (c->fd >= 0)
         close(c->fd); /* my liveness lock goes (unless a forked child still holds the file) */

@@ -10,8 +10,8 @@
  * late answer to a probe given up never counts in the next one. Rank 0 judges from
  * the fastest group of LS_PROBE_GROUP round trips and stores state.far and
  * state.round_trip_ns; every rank reads state.far when it chooses a route (ls_far).
- * LOCKSTEP_COMM_DISTANCE (close or far, in rank 0's environment) overrides the
- * judgement, for experiments; the round trip is still measured. */
+ * Rank 0's params.distance, and over it LOCKSTEP_COMM_DISTANCE (close or far, in rank
+ * 0's environment), override the judgement; the round trip is still measured. */
 #include <stdlib.h>
 #include <strings.h>
 
@@ -20,7 +20,7 @@
 /* Spin until *w holds want, or until the clock passes until: 1 got it, 0 gave up */
 static int await_ping(const uint32_t *w, uint32_t want, uint64_t until)
 {
-    for (unsigned i = 1; __atomic_load_n(w, __ATOMIC_ACQUIRE) != want; i++) {
+    for (unsigned i = 1; ls_load_acquire(w) != want; i++) {
         ls_cpu_relax();
         if (!(i & 255) && lockstep_now_ns() >= until)
             return 0;
@@ -47,12 +47,41 @@ static uint64_t group(uint32_t *w, uint32_t v, uint64_t until)
 {
     uint64_t t0 = lockstep_now_ns();
     for (uint32_t i = 0; i < LS_PROBE_GROUP; i++, v += 2) {
-        __atomic_store_n(w, v + 1, __ATOMIC_RELEASE);
+        ls_store_release(w, v + 1);
         if (!await_ping(w, v + 2, until))
             return 0;
     }
     uint64_t mean = (lockstep_now_ns() - t0) / LS_PROBE_GROUP;
     return mean ? mean : 1;
+}
+
+/* Rank 0: store the judgement from a round trip of best ns (0: none measured, where
+ * only a forced setting changes it) */
+static void judge(lockstep_comm_t *c, uint64_t best)
+{
+    int forced = ls_distance_env(NULL);
+    forced = forced >= 0 ? forced : c->distance != LOCKSTEP_DISTANCE_AUTO ? c->distance : -1;
+    if (best)
+        ls_store_relaxed(&c->state->round_trip_ns, (uint32_t)(best < UINT32_MAX ? best : UINT32_MAX));
+    if (forced >= 0 || best)
+        ls_store_relaxed(&c->state->far, (uint32_t)(forced >= 0 ? forced : best >= LS_FAR_NS));
+}
+
+/* Rank 0's side of one probe from value v: the fastest group's mean, 0 if rank 1 did
+ * not answer in time */
+static uint64_t lead(uint32_t *w, uint32_t v, uint64_t give_up_at)
+{
+    ls_store_release(w, v + 1); /* the sync round: rank 1 is here */
+    if (!await_ping(w, v + 2, give_up_at))
+        return 0;
+    uint64_t best = UINT64_MAX;
+    for (uint32_t g = 0; g < LS_PROBE_ROUNDS / LS_PROBE_GROUP; g++) {
+        uint64_t mean = group(w, v + 2 + 2 * g * LS_PROBE_GROUP, give_up_at);
+        if (!mean)
+            return 0;
+        best = mean < best ? mean : best;
+    }
+    return best;
 }
 
 void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at)
@@ -64,29 +93,15 @@ void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at)
     /* this probe's values: one sync round, then the groups (the same on both ranks:
      * c->seq is) */
     uint32_t v = (c->seq / LS_PROBE_CALLS) * (2 * LS_PROBE_ROUNDS + 2);
-    if (c->rank == 1) {
-        for (uint32_t i = 0; i <= LS_PROBE_ROUNDS; i++, v += 2) {
-            if (!await_ping(w, v + 1, give_up_at))
-                return;
-            __atomic_store_n(w, v + 2, __ATOMIC_RELEASE);
-        }
+    if (c->rank == 0) {
+        judge(c, lead(w, v, give_up_at));
         return;
     }
-    __atomic_store_n(w, v + 1, __ATOMIC_RELEASE); /* the sync round: rank 1 is here */
-    if (!await_ping(w, v + 2, give_up_at))
-        return;
-    uint64_t best = UINT64_MAX;
-    for (uint32_t g = 0; g < LS_PROBE_ROUNDS / LS_PROBE_GROUP; g++) {
-        uint64_t mean = group(w, v + 2 + 2 * g * LS_PROBE_GROUP, give_up_at);
-        if (!mean)
+    for (uint32_t i = 0; i <= LS_PROBE_ROUNDS; i++, v += 2) {
+        if (!await_ping(w, v + 1, give_up_at))
             return;
-        best = mean < best ? mean : best;
+        ls_store_release(w, v + 2);
     }
-    int forced = ls_distance_env(NULL);
-    int far = forced >= 0 ? forced : best >= LS_FAR_NS;
-    __atomic_store_n(&c->state->round_trip_ns, (uint32_t)(best < UINT32_MAX ? best : UINT32_MAX),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&c->state->far, (uint32_t)far, __ATOMIC_RELAXED);
 }
 
 int lockstep_comm_distance(const lockstep_comm_t *c, uint32_t *round_trip_ns)
@@ -94,7 +109,7 @@ int lockstep_comm_distance(const lockstep_comm_t *c, uint32_t *round_trip_ns)
     if (!c)
         return -EINVAL;
     if (round_trip_ns)
-        *round_trip_ns = __atomic_load_n(&c->state->round_trip_ns, __ATOMIC_RELAXED);
+        *round_trip_ns = ls_load_relaxed(&c->state->round_trip_ns);
     return ls_far(c) ? LOCKSTEP_DISTANCE_FAR : LOCKSTEP_DISTANCE_CLOSE;
 }
 

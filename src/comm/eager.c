@@ -26,7 +26,7 @@
  * at the latest LS_EAGER_DEPTH broadcasts later. Receivers that agree with the root
  * return 0, and fail in their next call.
  * Mismatches that would otherwise only end at the deadline are found between wait
- * slices (comm.c's between_slices and eager_check below): a receiver whose root made
+ * slices (liveness.c's ls_between_slices and eager_check below): a receiver whose root made
  * call s a regular call, or made it an eager one as a receiver; a rank in a regular
  * call s whose peer made it an eager broadcast. */
 #include <errno.h>
@@ -39,9 +39,9 @@ static int eager_check(lockstep_comm_t *c, int root)
 {
     uint32_t s = c->seq;
     const ls_ctl_t *r = ls_ctl(c, root);
-    int regular = __atomic_load_n(&r->ann[s & 1].seq.value, __ATOMIC_ACQUIRE) == s;
-    int receiver = __atomic_load_n(&r->own.eager_seq, __ATOMIC_ACQUIRE) == s &&
-                   __atomic_load_n(&r->own.eager_root, __ATOMIC_RELAXED) != root;
+    int regular = ls_load_acquire(&r->ann[s & 1].seq.value) == s;
+    int receiver = ls_load_acquire(&r->own.eager_seq) == s &&
+                   ls_load_relaxed(&r->own.eager_root) != root;
     return regular || receiver ? ls_comm_fail(c, LOCKSTEP_EMISMATCH) : 0;
 }
 
@@ -56,8 +56,8 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
     ls_ctl_t *mine = ls_ctl(c, c->rank);
     ls_desc_t want = {LS_CALL_BROADCAST, (uint8_t)xfer, 0, c->tag, root, bytes};
     c->in_eager = 1;
-    __atomic_store_n(&mine->own.eager_root, root, __ATOMIC_RELAXED);
-    __atomic_store_n(&mine->own.eager_seq, s, __ATOMIC_RELEASE);
+    ls_store_relaxed(&mine->own.eager_root, root);
+    ls_store_release(&mine->own.eager_seq, s);
     if (c->rank == root) {
         uint32_t last = s - LS_EAGER_DEPTH; /* the entry's last call */
         uint32_t before = c->run_start - 2;  /* every rank finished it: see above */
@@ -67,7 +67,7 @@ int ls_eager_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lo
             /* how far the slowest rank has got: no wait until the ring reaches that */
             c->known = s - 1;
             for (int r = 0; r < c->size; r++) {
-                uint32_t d = __atomic_load_n(&ls_ctl(c, r)->own.done.value, __ATOMIC_ACQUIRE);
+                uint32_t d = ls_load_acquire(&ls_ctl(c, r)->own.done.value);
                 if (r != root && (int32_t)(d - c->known) < 0)
                     c->known = d;
             }

@@ -22,7 +22,7 @@
  * reading its slot (c->busy), as in the large allreduce.
  *
  * Zero-copy (send and recv in the caller's lockstep_comm_buffer on every rank, blocks
- * of LS_ZERO_COPY_MIN bytes or more): each rank finishes its block straight from every
+ * of zero_copy_min_bytes or more, LS_ZERO_COPY_MIN by default): each rank finishes its block straight from every
  * rank's send, and one step ends the call (no peer reads my send any more).
  *
  * Kernel copy (blocks in LS_KCOPY_ALLTOALL's or LS_KCOPY_REDUCE_SCATTER's window, when
@@ -100,7 +100,7 @@ static int exchange(lockstep_comm_t *c, const struct xchg *x, const void *send, 
 
     struct ls_zc_offsets zmine = {LS_NO_OFFSET, LS_NO_OFFSET};
     size_t recv_bytes = x->call == LS_CALL_ALLTOALL ? total : bytes;
-    if (bytes >= LS_ZERO_COPY_MIN && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
+    if (bytes >= c->zc_min && (zmine.recv = ls_buffer_offset(c, recv, recv_bytes)) != LS_NO_OFFSET)
         zmine.send = ls_buffer_offset(c, send, total);
     int zc_mine = zmine.send != LS_NO_OFFSET;
     /* Calls that never move by kernel copy (small ones, and blocks below the window's

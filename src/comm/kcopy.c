@@ -43,8 +43,8 @@ void ls_kcopy_init(lockstep_comm_t *c, int allowed)
         if (r == c->rank)
             continue;
         const ls_ctl_t *p = ls_ctl(c, r);
-        int32_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE), got = 0;
-        uint64_t base = __atomic_load_n(&p->own.base, __ATOMIC_RELAXED);
+        int32_t pid = ls_load_acquire(&p->own.pid), got = 0;
+        uint64_t base = ls_load_relaxed(&p->own.base);
         struct iovec local = {&got, sizeof got};
         struct iovec remote = {(void *)(uintptr_t)(base + at + (size_t)r * sizeof(ls_ctl_t)), sizeof got};
         c->kcopy = process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof got && got == pid;
@@ -102,7 +102,7 @@ void ls_kcopy_drain(lockstep_comm_t *c)
         if (r == c->rank)
             continue;
         const ls_ctl_t *p = ls_ctl(c, r);
-        for (unsigned i = 0; __atomic_load_n(&p->own.kcopy_into, __ATOMIC_SEQ_CST) == c->rank + 1; i++) {
+        for (unsigned i = 0; ls_load_seqcst(&p->own.kcopy_into) == c->rank + 1; i++) {
             if (!ls_rank_alive(c, r))
                 break;
             uint64_t now = lockstep_now_ns();
@@ -138,13 +138,13 @@ static void stall_write(void) {}
  * passed the check is under way (ls_kcopy_drain). */
 static int kcopy_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, size_t n, int write)
 {
-    pid_t pid = __atomic_load_n(&ls_ctl(c, r)->own.pid, __ATOMIC_RELAXED);
+    pid_t pid = ls_load_relaxed(&ls_ctl(c, r)->own.pid);
     int32_t *into = &ls_ctl(c, c->rank)->own.kcopy_into;
     int rc = 0;
     if (write)
-        __atomic_store_n(into, r + 1, __ATOMIC_SEQ_CST);
+        ls_store_seqcst(into, r + 1);
     while (n) { /* the kernel may stop short (at a page it cannot reach at once, say) */
-        if (write && __atomic_load_n(&c->state->failed, __ATOMIC_SEQ_CST) != 0) {
+        if (write && ls_load_seqcst(&c->state->failed) != 0) {
             rc = -1; /* ls_comm_failed's code, once kcopy_into is clear */
             break;
         }
@@ -164,7 +164,7 @@ static int kcopy_move(lockstep_comm_t *c, int r, char *local, uint64_t remote, s
         n -= (size_t)got;
     }
     if (write)
-        __atomic_store_n(into, 0, __ATOMIC_RELEASE);
+        ls_store_release(into, 0);
     return rc < 0 ? ls_comm_failed(c) : rc > 0 ? ls_comm_fail(c, rc) : 0;
 }
 

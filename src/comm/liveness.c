@@ -73,14 +73,14 @@ int ls_byte_locked(int fd, int r)
 int ls_rank_alive(const lockstep_comm_t *c, int r)
 {
     const ls_ctl_t *p = ls_ctl(c, r);
-    pid_t pid = __atomic_load_n(&p->own.pid, __ATOMIC_ACQUIRE);
+    pid_t pid = ls_load_acquire(&p->own.pid);
     if (pid <= 0)
         return 1; /* not claimed yet */
-    if (!ls_pid_alive(pid, __atomic_load_n(&p->own.pid_ns, __ATOMIC_ACQUIRE), c->pid_ns))
+    if (!ls_pid_alive(pid, ls_load_acquire(&p->own.pid_ns), c->pid_ns))
         return 0;
     /* locked before the claim; let go only as the process ends or, saying so first,
      * when the rank frees the communicator */
-    return !c->locks || ls_byte_locked(c->fd, r) || __atomic_load_n(&p->own.left, __ATOMIC_ACQUIRE);
+    return !c->locks || ls_byte_locked(c->fd, r) || ls_load_acquire(&p->own.left);
 }
 
 uint64_t ls_comm_deadline(const lockstep_comm_t *c)
@@ -138,7 +138,7 @@ int ls_between_slices(lockstep_comm_t *c, int peer, uint64_t deadline)
     /* in any other call numbered s, a peer that made call s an eager broadcast */
     if (c->hdr->eager_bytes && !c->in_eager && c->seq)
         for (int r = 0; r < c->size; r++)
-            if (r != c->rank && __atomic_load_n(&ls_ctl(c, r)->own.eager_seq, __ATOMIC_ACQUIRE) == c->seq)
+            if (r != c->rank && ls_load_acquire(&ls_ctl(c, r)->own.eager_seq) == c->seq)
                 return LOCKSTEP_EMISMATCH;
     if (deadline && lockstep_now_ns() >= deadline)
         return ETIMEDOUT;

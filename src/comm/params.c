@@ -24,6 +24,7 @@ lockstep_comm_params_t lockstep_comm_params_default(void)
     p.small_bytes = 256 * 1024;
     p.allreduce_small_bytes = 0; /* rank 0 chooses: LS_SMALL_FITS */
     p.kernel_copy = LOCKSTEP_KERNEL_COPY_AUTO;
+    p.distance = LOCKSTEP_DISTANCE_AUTO;
     p.chunk_bytes = 1024 * 1024;
     return p;
 }
@@ -59,6 +60,22 @@ int ls_kernel_copy_env(const char **bad)
     if (bad)
         *bad = s;
     return -1;
+}
+
+long long ls_threshold(const char *var, size_t given, size_t max, const char **bad)
+{
+    const char *s = getenv(var);
+    if (!s || !*s)
+        return given <= max ? (long long)given : -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno || *s == '-' || v > max) {
+        if (bad)
+            *bad = var;
+        return -1;
+    }
+    return (long long)v;
 }
 
 static char env_error[64];
@@ -169,11 +186,12 @@ int lockstep_comm_params_from_env(lockstep_comm_params_t *p)
 
 #define SLOT_MAX ((size_t)1 << 30)
 #define BUFFER_MAX ((size_t)1 << 40)
+#define RELAY_MAX ((size_t)1 << 31)
 
 int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_t len)
 {
     char dummy[1];
-    const char *bad_isa = "", *bad_copy = "";
+    const char *bad_isa = "", *bad_copy = "", *bad_var = "";
     if (!msg || !len) {
         msg = dummy;
         len = sizeof dummy;
@@ -205,6 +223,17 @@ int lockstep_comm_params_check(const lockstep_comm_params_t *p, char *msg, size_
     else if ((unsigned)p->kernel_copy > LOCKSTEP_KERNEL_COPY_WIDE)
         snprintf(msg, len, "kernel_copy must be LOCKSTEP_KERNEL_COPY_AUTO, _OFF or _WIDE (got %d)",
                  (int)p->kernel_copy);
+    else if (p->relay_bytes > RELAY_MAX || p->zero_copy_min_bytes > SLOT_MAX || p->prefetch_max_bytes > SLOT_MAX)
+        snprintf(msg, len, "relay_bytes must be at most 2**31, zero_copy_min_bytes and prefetch_max_bytes at most "
+                 "2**30 (0: the route table's)");
+    else if (ls_threshold("LOCKSTEP_COMM_RELAY_BYTES", 0, RELAY_MAX, &bad_var) < 0 ||
+             ls_threshold("LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES", 0, SLOT_MAX, &bad_var) < 0 ||
+             ls_threshold("LOCKSTEP_COMM_PREFETCH_MAX_BYTES", 0, SLOT_MAX, &bad_var) < 0)
+        snprintf(msg, len, "environment variable %s must be a byte count (decimal) up to 2**%d, 0 for the route "
+                 "table's, or unset (got \"%s\")", bad_var, strcmp(bad_var, "LOCKSTEP_COMM_RELAY_BYTES") ? 30 : 31,
+                 getenv(bad_var));
+    else if ((unsigned)p->distance > LOCKSTEP_DISTANCE_AUTO)
+        snprintf(msg, len, "distance must be LOCKSTEP_DISTANCE_AUTO, _CLOSE or _FAR (got %d)", (int)p->distance);
     else if (ls_kernel_copy_env(&bad_copy) == -1)
         snprintf(msg, len, "environment variable LOCKSTEP_KERNEL_COPY must be auto, off, wide or unset (got \"%s\")",
                  bad_copy);

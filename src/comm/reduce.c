@@ -338,17 +338,17 @@ static void choose_kernels(void)
         t.f16 = (struct half_kernels)LS_HALF_KERNELS(f16_f16c);
 #endif
     k_table = t;
-    __atomic_store_n(&k_isa, isa, __ATOMIC_RELEASE);
+    ls_store_release(&k_isa, isa);
 }
 
 int ls_reduce_ready(void)
 {
-    if (__atomic_load_n(&k_isa, __ATOMIC_ACQUIRE) >= 0)
+    if (ls_load_acquire(&k_isa) >= 0)
         return 0; /* chosen: every later call, without the lock */
     pthread_mutex_lock(&k_lock);
-    if (__atomic_load_n(&k_isa, __ATOMIC_RELAXED) < 0)
+    if (ls_load_relaxed(&k_isa) < 0)
         choose_kernels();
-    int chosen = __atomic_load_n(&k_isa, __ATOMIC_RELAXED) >= 0;
+    int chosen = ls_load_relaxed(&k_isa) >= 0;
     pthread_mutex_unlock(&k_lock);
     return chosen ? 0 : -EINVAL;
 }
@@ -363,7 +363,7 @@ static const struct kernels *kernels(void)
 int lockstep_reduce_isa(void)
 {
     int rc = ls_reduce_ready();
-    return rc ? rc : __atomic_load_n(&k_isa, __ATOMIC_RELAXED);
+    return rc ? rc : ls_load_relaxed(&k_isa);
 }
 
 const char *lockstep_isa_name(lockstep_isa_t isa)

@@ -60,7 +60,7 @@ typedef struct ls_seg_hdr {
     uint32_t creator_ns; /* its PID namespace (liveness.c): its pid means nothing elsewhere */
     uint64_t small_bytes, chunk_bytes, data_stride;
     uint32_t step_bytes; /* the large allreduce's step: chunk_bytes, or less when oversubscribed */
-    uint32_t pad0;
+    uint32_t relay_bytes; /* a zero-copy PUSH broadcast among 3+ ranks is relayed from here */
     uint64_t allreduce_small; /* an allreduce up to this size takes the small path */
     uint64_t off_barrier, off_ctl, off_data, total;
     uint64_t buffer_bytes, off_buf; /* the ranks' zero-copy buffers (lockstep_comm_buffer) */

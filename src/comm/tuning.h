@@ -61,6 +61,9 @@
  * the root's order in LS_RELAY_PIECE pieces: up to `size` copies run at once instead
  * of the root making size - 1. Below it there are too few pieces to overlap. */
 #define LS_RELAY_MIN ((size_t)1024 * 1024)
+/* (params' relay_bytes, zero_copy_min_bytes and prefetch_max_bytes, and their
+ * LOCKSTEP_COMM_* variables, replace LS_RELAY_MIN, LS_ZERO_COPY_MIN and LS_PREFETCH_MAX
+ * for experiments) */
 #define LS_RELAY_PIECE ((size_t)32 * 1024)
 
 /* ---- kernel copies (process_vm_readv/writev, kcopy.c) ---------------------------- */

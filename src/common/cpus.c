@@ -1,5 +1,5 @@
-/* The CPUs a thread may run on (cpus.h): the pool's placement and start CPUs, and the
- * collectives' spreading, list them alike. */
+/* The CPUs a thread may run on (cpus.h): the pool's placement and start CPUs and the
+ * collectives' CPU count list them alike. */
 #define _GNU_SOURCE
 #include <errno.h>
 

@@ -25,7 +25,7 @@
  * so a process-shared word may use the scheme only when every process on both sides
  * is registered: lockstep_wait_init keeps the seq_cst pair for such words, and
  * lockstep_comm switches its ranks' waits over once all of them have registered
- * (ls_wait_global_fences; comm.c). */
+ * (ls_wait_global_fences; src/comm/create.c). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>

@@ -1,6 +1,7 @@
-/* The ranks' distance: the probe at create, the judgement every rank reads, and routes
- * that follow it when it changes in the middle of a job, every call's result exact
- * throughout (also in the calls where the ranks read the change at different times). */
+/* The route table's inputs: the ranks' distance (the probe at create, the judgement
+ * every rank reads, routes that follow it when it changes in the middle of a job, every
+ * call's result exact throughout, also in the calls where the ranks read the change at
+ * different times), and the thresholds params and the environment may set. */
 #include "comm_harness.h"
 #include "failure_helpers.h"
 
@@ -110,9 +111,13 @@ static void test_change(void)
     harness_run_clean(change_body, 2, "distance", 120, 0);
 }
 
+static lockstep_distance_t param_distance = LOCKSTEP_DISTANCE_AUTO;
+
 static int probe_body(int rank, int size, const char *job)
 {
-    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.distance = param_distance;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
     CHECK(c != NULL);
     CHECK_EQ(lockstep_comm_barrier(c), 0); /* rank 0 has judged before it entered */
     CHECK_EQ(lockstep_comm_route(c), LOCKSTEP_ROUTE_NONE);
@@ -142,6 +147,19 @@ static void test_probe(void)
     if (harness_page()->value[0][0] > 0)
         CHECK_EQ(harness_page()->value[0][1], LOCKSTEP_DISTANCE_FAR);
     CHECK_EQ(harness_page()->value[0][1], harness_page()->value[1][1]);
+    /* set in the params, the judgement holds whether or not rank 1 answered */
+    param_distance = LOCKSTEP_DISTANCE_FAR;
+    harness_run_clean(probe_body, 2, "distance-p", 60, 0);
+    CHECK_EQ(harness_page()->value[0][1], LOCKSTEP_DISTANCE_FAR);
+    CHECK_EQ(harness_page()->value[1][1], LOCKSTEP_DISTANCE_FAR);
+    param_distance = LOCKSTEP_DISTANCE_CLOSE;
+    CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "far", 1), 0); /* the environment wins */
+    harness_run_clean(probe_body, 2, "distance-e", 60, 0);
+    CHECK_EQ(unsetenv("LOCKSTEP_COMM_DISTANCE"), 0);
+    CHECK_EQ(harness_page()->value[0][1], LOCKSTEP_DISTANCE_FAR);
+    harness_run_clean(probe_body, 2, "distance-c", 60, 0);
+    CHECK_EQ(harness_page()->value[1][1], LOCKSTEP_DISTANCE_CLOSE);
+    param_distance = LOCKSTEP_DISTANCE_AUTO;
 
     /* a malformed setting is refused by name */
     lockstep_comm_params_t p = lockstep_comm_params_default();
@@ -153,6 +171,86 @@ static void test_probe(void)
     CHECK(strstr(msg, "LOCKSTEP_COMM_DISTANCE") != NULL && strstr(msg, "nearby") != NULL);
     CHECK_EQ(unsetenv("LOCKSTEP_COMM_DISTANCE"), 0);
     CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), 0);
+    p.distance = (lockstep_distance_t)3;
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    CHECK(strstr(msg, "distance must be") != NULL);
+}
+
+/* zero_copy_min_bytes decides whether an allreduce in the buffers goes zero-copy;
+ * relay_bytes whether a zero-copy PUSH broadcast among 3 ranks is relayed (the same
+ * bytes either way) */
+static size_t zc_min;
+
+static int threshold_body(int rank, int size, const char *job)
+{
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.buffer_bytes = 1 << 20;
+    p.zero_copy_min_bytes = zc_min;
+    p.relay_bytes = 64 * 1024;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    float *z = lockstep_comm_buffer(c, NULL);
+    CHECK(z != NULL);
+    for (int i = 0; i < 256; i++) /* 1 KiB */
+        z[i] = (float)(rank + i);
+    CHECK_EQ(lockstep_comm_allreduce(c, z, z, 256, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
+    harness_page()->value[rank][0] = lockstep_comm_route(c);
+    for (int i = 0; i < 256; i++)
+        CHECK_EQ(z[i], (float)(size * i + size * (size - 1) / 2));
+    unsigned char *b = (unsigned char *)z;
+    size_t n = 512 * 1024; /* past small_bytes and relay_bytes: relayed among 3 */
+    for (size_t i = 0; size == 3 && i < n; i++)
+        b[i] = rank == 2 ? (unsigned char)(i * 7) : 0;
+    CHECK_EQ(size == 3 ? lockstep_comm_broadcast(c, b, n, 2, LOCKSTEP_ORDER_LINEAR, LOCKSTEP_XFER_PUSH) : 0, 0);
+    for (size_t i = 0; size == 3 && i < n; i++)
+        CHECK_EQ(b[i], (unsigned char)(i * 7));
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_thresholds(void)
+{
+    zc_min = 0; /* the table's: 1 KiB (times the ranks per CPU) */
+    harness_run_clean(threshold_body, 2, "threshold-d", 60, 0);
+    CHECK_EQ(harness_page()->value[0][0], LOCKSTEP_ROUTE_ZERO_COPY);
+    zc_min = 2048; /* 1 KiB is below it: the small slots */
+    harness_run_clean(threshold_body, 2, "threshold-p", 60, 0);
+    CHECK_EQ(harness_page()->value[0][0], LOCKSTEP_ROUTE_SMALL);
+    zc_min = 0;
+    CHECK_EQ(setenv("LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES", "4096", 1), 0); /* the environment's */
+    harness_run_clean(threshold_body, 2, "threshold-e", 60, 0);
+    CHECK_EQ(unsetenv("LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES"), 0);
+    CHECK_EQ(harness_page()->value[0][0], LOCKSTEP_ROUTE_SMALL);
+    CHECK_EQ(harness_page()->value[1][0], LOCKSTEP_ROUTE_SMALL);
+    /* 3 ranks on 2 CPUs: 1 KiB x 2 ranks per CPU is the allreduce's switch; a relayed
+     * broadcast from relay_bytes */
+    harness_run_clean(threshold_body, 3, "threshold-3", 60, 0);
+    for (int r = 0; r < 3; r++)
+        CHECK_EQ(harness_page()->value[r][0], lockstep_cpus_available() >= 3 ? LOCKSTEP_ROUTE_ZERO_COPY
+                                                                              : LOCKSTEP_ROUTE_SMALL);
+
+    lockstep_comm_params_t p = lockstep_comm_params_default();
+    char msg[256];
+    harness_job(p.job, sizeof p.job, "threshold-bad");
+    p.size = 2;
+    p.relay_bytes = ((size_t)1 << 31) + 1;
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    CHECK(strstr(msg, "relay_bytes must be at most 2**31") != NULL);
+    p.relay_bytes = 0;
+    p.prefetch_max_bytes = ((size_t)1 << 30) + 1;
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+    p.prefetch_max_bytes = 0;
+    static const char *vars[] = {"LOCKSTEP_COMM_RELAY_BYTES", "LOCKSTEP_COMM_ZERO_COPY_MIN_BYTES",
+                                 "LOCKSTEP_COMM_PREFETCH_MAX_BYTES"};
+    static const char *bad[] = {"-1", "12k", "4294967296"};
+    for (int v = 0; v < 3; v++)
+        for (int b = 0; b < 3; b++) {
+            CHECK_EQ(setenv(vars[v], bad[b], 1), 0);
+            CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), -EINVAL);
+            CHECK(strstr(msg, vars[v]) != NULL && strstr(msg, bad[b]) != NULL);
+            CHECK_EQ(unsetenv(vars[v]), 0);
+        }
+    CHECK_EQ(lockstep_comm_params_check(&p, msg, sizeof msg), 0);
 }
 
 int main(int argc, char **argv)
@@ -163,8 +261,10 @@ int main(int argc, char **argv)
         test_probe();
     else if (!strcmp(t, "change"))
         test_change();
+    else if (!strcmp(t, "thresholds"))
+        test_thresholds();
     else {
-        fprintf(stderr, "usage: %s probe|change\n", argv[0]);
+        fprintf(stderr, "usage: %s probe|change|thresholds\n", argv[0]);
         return 2;
     }
     return 0;

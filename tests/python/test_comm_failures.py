@@ -1,5 +1,6 @@
 """Failures from Python: a dead peer, a mismatch, a deadline, Ctrl-C, one rank's bad
 arguments, a forked child, a second thread, joining errors; tags and kernel-copy settings."""
+import functools
 import os
 import signal
 import threading
@@ -84,16 +85,22 @@ def kernel_copy_body(rank, size, job):
     return got
 
 
+def refused_by_name(monkeypatch, var, bad, values, keyword, bad_keyword):
+    """A malformed setting, in the environment and as Comm's keyword: each refused with
+    a message naming it and the values it takes"""
+    monkeypatch.setenv(var, bad)
+    with pytest.raises(ValueError, match=rf'{var} must be {values} or unset \(got "{bad}"\)'):
+        lockstep.Comm(f"py-bad-{os.getpid()}", 0, 1)
+    monkeypatch.delenv(var)
+    with pytest.raises(ValueError, match=rf"{keyword} must be one of"):
+        lockstep.Comm(f"py-bad-{os.getpid()}", 0, 1, **{keyword: bad_keyword})
+
+
 def test_kernel_copy_settings(monkeypatch):
     monkeypatch.delenv("LOCKSTEP_KERNEL_COPY", raising=False)
     got = run_ranks(kernel_copy_body, 2, timeout=60)
     assert got[1] is False and got[0] in (True, False)  # rank 0: as the system allows
-    monkeypatch.setenv("LOCKSTEP_KERNEL_COPY", "medium")
-    with pytest.raises(ValueError, match=r'LOCKSTEP_KERNEL_COPY must be auto, off, wide or unset \(got "medium"\)'):
-        lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1)
-    monkeypatch.delenv("LOCKSTEP_KERNEL_COPY")
-    with pytest.raises(ValueError, match=r"kernel_copy must be one of"):
-        lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1, kernel_copy="fast")  # type: ignore[arg-type]
+    refused_by_name(monkeypatch, "LOCKSTEP_KERNEL_COPY", "medium", "auto, off, wide", "kernel_copy", "fast")
     with lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1) as c:
         assert c.kernel_copy is True  # alone: no peer to refuse
     with lockstep.Comm(f"py-kc-{os.getpid()}", 0, 1, kernel_copy="off") as c:
@@ -391,11 +398,11 @@ def test_from_env_with_a_bad_variable_names_it(monkeypatch):
         lockstep.Comm.from_env()
 
 
-def distance_body(rank, size, job):
+def distance_body(rank, size, job, distance="auto"):
     """The ranks read one judgement of their distance, and a large call's route
     follows it: far apart (forced here), a 1 MiB allreduce moves by kernel copy where
     the system allows it, close together through the chunk slots."""
-    with lockstep.Comm(job, rank, size, timeout=20) as c:
+    with lockstep.Comm(job, rank, size, timeout=20, distance=distance) as c:
         x = np.full(1 << 18, rank + 1, np.float32)  # 1 MiB
         c.allreduce(x)
         assert (x == 3).all()
@@ -410,10 +417,10 @@ def test_distance_and_route(monkeypatch):
         assert got[1][0][0] == d0 and got[1][1] == route0  # one judgement, one route
         if rt0 > 0:  # rank 1 answered the probe at creation (a loaded machine may not)
             assert d0 == forced and route0 == (route if kc else "chunked")
-    monkeypatch.setenv("LOCKSTEP_COMM_DISTANCE", "near")
-    with pytest.raises(ValueError, match=r'LOCKSTEP_COMM_DISTANCE must be auto, close, far or unset \(got "near"\)'):
-        lockstep.Comm(f"py-dist-{os.getpid()}", 0, 1)
     monkeypatch.delenv("LOCKSTEP_COMM_DISTANCE")
+    got = run_ranks(functools.partial(distance_body, distance="far"), 2, timeout=60)  # set, not probed: always
+    assert got[0][0][0] == got[1][0][0] == "far" and got[0][1] == ("kernel-copy" if got[0][2] else "chunked")
+    refused_by_name(monkeypatch, "LOCKSTEP_COMM_DISTANCE", "near", "auto, close, far", "distance", "near")
     with lockstep.Comm(f"py-dist-{os.getpid()}", 0, 1) as c:
         assert c.distance == ("close", 0) and c.route == "none"  # alone: nothing measured
         c.allreduce(np.ones(4, np.float32))

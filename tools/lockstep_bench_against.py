@@ -29,9 +29,10 @@ def build_revision(root, rev, target="lockstep_bench_comm"):
     if not os.path.exists(tree):
         subprocess.run(["git", "-C", root, "worktree", "add", "--detach", "-f", tree, sha], check=True,
                        capture_output=True)
-    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
-        subprocess.run(["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                       capture_output=True)
+    # configured every time: what CMake finds (MPI, a compiler) may have come since
+    generator = [] if os.path.exists(os.path.join(build, "CMakeCache.txt")) else ["-G", "Ninja"]
+    subprocess.run(["cmake", "-S", tree, "-B", build, *generator, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                   capture_output=True)
     subprocess.run(["cmake", "--build", build, "--target", target], check=True, capture_output=True)
     return sha, build
 

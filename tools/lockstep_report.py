@@ -11,7 +11,9 @@ PARTS = ["threads", "comm", "load", "omp"]
 
 
 def _rate(r):
-    return r["unit"].endswith("/s")  # a rate (GB/s): higher is better
+    """a rate (GB/s): higher is better; CPU time per second (an idle row's cpu_s/s) is a
+    cost like any time"""
+    return r["unit"].endswith("/s") and not r["unit"].startswith("cpu")
 
 
 def _baseline(rows, baselines, w, p):
@@ -57,7 +59,8 @@ def headlines(rows, baselines):
 def summary_lines(part, rows, baselines, targets, name):
     lines = [f"## {part}: summary (ratio = lockstep / the best baseline; lower is better)"]
     for w, impl, lo, lp, hi, hp in headlines(rows, baselines):
-        lines.append(f"  {w:<28} {impl:<16} {lo:5.2f}x ({name(part, lp)}) .. {hi:5.2f}x ({name(part, hp)})")
+        lo_s, hi_s = (f"{x:5.2f}x" if x >= 0.01 else f"{x:5.1g}x" for x in (lo, hi))
+        lines.append(f"  {w:<28} {impl:<16} {lo_s} ({name(part, lp)}) .. {hi_s} ({name(part, hp)})")
     lines += [f"  target: {t}" for t in targets]
     return lines
 
@@ -81,7 +84,7 @@ def table_markdown(rows, w, baselines, name, part):
                 cells.append("-")
                 continue
             x = None if impl in baselines else _ratio(r, _baseline(rows, baselines, w, p))
-            ratio = f" ({x:.2f}x)" if x is not None else ""
+            ratio = "" if x is None else f" ({x:.2f}x)" if x >= 0.01 else f" ({x:.1g}x)"
             cells.append(_cell(r) + ratio)
         out.append(f"| {impl} | " + " | ".join(cells) + " |")
     return out + [""]

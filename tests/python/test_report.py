@@ -1,4 +1,4 @@
-"""The comm report's targets (tools/lockstep comm_targets): each judged on the rows it is
+"""The comm report's targets (tools/lockstep_bench_comm.py comm_targets): each judged on the rows it is
 given, with the sizes that missed and the Python overhead, exactly as printed."""
 import importlib.machinery
 import importlib.util
@@ -42,7 +42,7 @@ def test_targets_met_missed_and_absent():
         row("python_overhead_8r", "python-reduce_scatter", 64, 2.5),  # a line without the allreduce rows
         row("python_overhead_2r", "c-alltoall", 4096, 0.25), row("python_overhead_2r", "python-alltoall", 4096, 1.0),
     ]
-    assert m.comm_targets(rows) == [
+    assert m.lockstep_bench_comm.comm_targets(rows) == [
         "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: met at all 2 sizes (worst 0.70x at 4 B)",
         "allreduce_2r lockstep, 1 MiB-16 MiB, <= 1.00x OpenMPI: missed at 1 MiB 1.01x",
         "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x (round trip 251 ns)",
@@ -57,7 +57,7 @@ def test_targets_met_missed_and_absent():
 
 def test_targets_without_rows():
     m = report()
-    lines = m.comm_targets([row("allreduce_2r", "lockstep", 4, 1.0)])  # no baseline row
+    lines = m.lockstep_bench_comm.comm_targets([row("allreduce_2r", "lockstep", 4, 1.0)])  # no baseline row
     assert lines == [f"{w} {impl}, {lo}-{hi}, <= {x} OpenMPI: not measured" for w, impl, lo, hi, x in (
         ("allreduce_2r", "lockstep", "4 B", "256 KiB", "0.70x"),
         ("allreduce_2r", "lockstep", "1 MiB", "16 MiB", "1.00x"),
@@ -95,3 +95,43 @@ def test_the_op_is_judged_against_its_floor_where_it_runs():
     rows[3] = row(w, "noop+lockstep", 4 << 20, 497.0)
     assert torch_targets(rows, lambda p: f"{p} B")[0] == \
         f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +3.00 us"
+
+
+def test_routes_default_judged_against_the_best_setting_in_its_state():
+    m = report()
+    r = m.lockstep_bench_routes
+    w = "routes_allreduce_2r_torchrun"
+
+    def raw(impl, param, us, route="chunked"):
+        return {"workload": w, "impl": impl, "param": param, "unit": "us", "reps": [us] * 3, "route": route}
+    rows = [raw("numpy/default", 4096, 2.0, "small"), raw("numpy/close", 4096, 2.0, "small"),
+            raw("numpy/far", 4096, 1.95, "small"), raw("numpy/slots", 4096, 2.1, "small"),  # 1.03x: met
+            raw("numpy/default", 1 << 20, 120.0), raw("numpy/far", 1 << 20, 90.0, "kernel-copy"),
+            raw("numpy/slots", 1 << 20, 120.0),
+            raw("numpy/default", 4 << 20, 130.0, "kernel-copy"), raw("numpy/far", 4 << 20, 100.0, "kernel-copy"),
+            {"workload": "roundtrip_routes_2r_torchrun", "impl": w, "param": 1 << 20, "unit": "ns", "reps": [460]}]
+    assert r.targets(rows, m.size_name) == [  # 4 MiB: the best one's route, its spread: met
+        f"{w} default takes the best explicit setting's route or <= 1.1x it: missed at 1 MiB 1.33x, chunked where "
+        f"numpy/far took kernel-copy (apart)"]
+    before = [dict(x) for x in rows]
+    after = [dict(x, reps=[x["reps"][0] * (1.2 if x["impl"] == "numpy/default" and x["param"] == 1 << 20 else 1.0)]
+                  * 3) for x in rows]
+    lines, verdict = r.against(before, after, m.size_name)
+    assert len(lines) == 3 and verdict == (
+        f"routes: every default row <= 1.15x before, in the state both ran in: missed: {w} numpy/default 1 MiB "
+        f"1.20x (apart)")
+
+
+def test_idle_cpu_time_reads_as_locksteps_share_of_the_baseline():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import lockstep_report as lr
+    rows = [{"workload": "idle", "impl": "gomp", "param": 2, "median": 0.8, "unit": "cpu_s/s"},
+            {"workload": "idle", "impl": "auto", "param": 2, "median": 0.0002, "unit": "cpu_s/s"},
+            {"workload": "load", "impl": "mmap+memcpy", "param": 1, "median": 2.0, "unit": "GB/s"},
+            {"workload": "load", "impl": "lockstep-auto", "param": 1, "median": 4.0, "unit": "GB/s"}]
+    got = {w: (lo, hi) for w, _, lo, _, hi, _ in lr.headlines(rows, ["gomp", "mmap+memcpy"])}
+    assert got["idle"] == (0.00025, 0.00025)  # a quarter of a thousandth of libgomp's CPU time
+    assert got["load"] == (0.5, 0.5)  # a rate: twice the baseline's GB/s costs half
+    table = lr.table_markdown(rows, "idle", ["gomp"], lambda part, p: str(p), "omp")
+    assert table[-2] == "| auto | 0.0002 (0.0003x) |"

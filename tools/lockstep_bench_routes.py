@@ -1,0 +1,152 @@
+"""`lockstep bench comm`'s routes rows (bench/comm/bench_routes.py): the collectives
+called from Python on the caller's memory, under every launcher users start ranks
+with, the default route beside each explicit setting, each size with the host's state.
+
+Judged on one run: at each size, in the state the size ran in, the default takes the
+route of the fastest explicit setting (numpy/close, numpy/far, numpy/slots), or is no
+slower than ROUTE_SLACK x it. With
+--against REV: the same script under REV's Python package (built into
+build/against-<sha>/python) and this checkout's, in turns; a default row more than
+AGAINST_LIMIT x REV's fails, in either state, on any launcher."""
+import os
+import shutil
+import statistics
+import subprocess
+
+ROUTE_SLACK = 1.10
+AGAINST_LIMIT = 1.15
+USUAL_ROUND_TRIP_NS = 100  # as lockstep_bench_against: under it the host is in its usual state
+SETTINGS = ("numpy/close", "numpy/far", "numpy/slots")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "comm",
+                      "bench_routes.py")
+
+
+def launchers(py, n, quick):
+    """[(name, argv, env)] for the launchers installed here: lockstep's, torchrun (with
+    torch), mpirun (with OpenMPI)"""
+    tail = ["quick"] if quick else []
+    out = [("lockstep.launch", [py, "-m", "lockstep.launch", "-n", str(n), SCRIPT, "lockstep.launch"] + tail, {})]
+    if subprocess.run([py, "-c", "import torch.distributed.run"], capture_output=True, cwd="/").returncode == 0:
+        out.append(("torchrun", [py, "-m", "torch.distributed.run", "--nproc_per_node", str(n), SCRIPT,
+                                 "torchrun"] + tail, {"OMP_NUM_THREADS": "1"}))
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        out.append(("mpirun", [mpirun, "-n", str(n), "--oversubscribe", "--bind-to", "none", py, SCRIPT, "mpirun"]
+                    + tail, {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}))
+    return out
+
+
+def rank_counts(quick):
+    return [2] if quick else [2, 4]
+
+
+def run(py, quick, run_json, pythonpath=None, log=None):
+    """Every launcher at every rank count: the rows (each with its "route")"""
+    rows = []
+    for n in rank_counts(quick):
+        for name, argv, env in launchers(py, n, quick):
+            if log:
+                log(f"routes under {name} at {n} ranks" + (f" ({pythonpath})" if pythonpath else ""))
+            env = dict(os.environ, **env)
+            if pythonpath:
+                env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+            rows += run_json(argv, timeout=1800, env=env)
+    return rows
+
+
+def state_of(rows, workload, param):
+    """"usual", "apart" or None: the host's state while workload's rows ran at param"""
+    rt = [x for r in rows if r["workload"].startswith("roundtrip_routes_") and r["impl"] == workload
+          and r["param"] == param for x in r["reps"]]
+    if not rt:
+        return None
+    return "usual" if statistics.median(rt) < USUAL_ROUND_TRIP_NS else "apart"
+
+
+def print_tables(raw, size_name):
+    """One table per routes workload: each impl's median us and route, and the state"""
+    workloads = sorted({r["workload"] for r in raw if r["workload"].startswith("routes_")})
+    for w in workloads:
+        wr = [r for r in raw if r["workload"] == w]
+        params = sorted({r["param"] for r in wr})
+        impls = list(dict.fromkeys(r["impl"] for r in wr))
+        print(f"\n## comm: {w} (median us, and the route taken; ratio = impl / the best explicit setting)")
+        head = f"{'impl':<16}" + "".join(f"{size_name(p):>26}" for p in params)
+        print(head)
+        print("-" * len(head))
+        for impl in impls:
+            line = f"{impl:<16}"
+            for p in params:
+                r = next((x for x in wr if x["impl"] == impl and x["param"] == p), None)
+                if r is None:
+                    line += f"{'-':>26}"
+                    continue
+                m = statistics.median(r["reps"])
+                best = best_setting(wr, p)
+                cell = f"{m:.3g} {r.get('route', '?')}" + (f" ({m / best:.2f}x)" if best else "")
+                line += f"{cell:>26}"
+            print(line)
+        print(f"{'state':<16}" + "".join(f"{state_of(raw, w, p) or '-':>26}" for p in params))
+
+
+def best_row(wr, p):
+    rows = [r for r in wr if r["param"] == p and r["impl"] in SETTINGS]
+    return min(rows, key=lambda r: statistics.median(r["reps"])) if rows else None
+
+
+def best_setting(wr, p):
+    r = best_row(wr, p)
+    return statistics.median(r["reps"]) if r else None
+
+
+def targets(raw, size_name):
+    """Per workload: the default takes the best explicit setting's route, or is no
+    slower than ROUTE_SLACK x it (a default on the best one's route is that route, and
+    what differs between them is the samples' spread)"""
+    lines = []
+    for w in sorted({r["workload"] for r in raw if r["workload"].startswith("routes_")}):
+        wr = [r for r in raw if r["workload"] == w]
+        missed, n = [], 0
+        for r in wr:
+            best = best_row(wr, r["param"]) if r["impl"] == "numpy/default" else None
+            if not best:
+                continue
+            n += 1
+            x = statistics.median(r["reps"]) / statistics.median(best["reps"])
+            if x > ROUTE_SLACK and r.get("route") != best.get("route"):
+                missed.append(f"{size_name(r['param'])} {x:.2f}x, {r.get('route')} where {best['impl']} took "
+                              f"{best.get('route')} ({state_of(raw, w, r['param'])})")
+        what = f"{w} default takes the best explicit setting's route or <= {ROUTE_SLACK}x it"
+        lines.append(f"{what}: " + (f"missed at {', '.join(missed)}" if missed else f"met at all {n} sizes"))
+    return lines
+
+
+def build_python(root, tree, py):
+    """REV's package, built from its worktree into tree/python; returns that directory"""
+    out = os.path.join(tree, "python-package")
+    if not os.path.exists(os.path.join(out, "lockstep", "__init__.py")):
+        subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", out,
+                        tree], check=True, capture_output=True)
+    return out
+
+
+def against(before, after, size_name):
+    """Lines comparing the default rows of two sets of runs, per state"""
+    def med(raw):
+        return {(r["workload"], r["impl"], r["param"]): statistics.median(r["reps"]) for r in raw
+                if r["workload"].startswith("routes_")}
+    mb, ma = med(before), med(after)
+    lines, worse = [], []
+    for key, a in sorted(ma.items()):
+        w, impl, p = key
+        if not impl.endswith("/default") or key not in mb:
+            continue
+        sb, sa = state_of(before, w, p), state_of(after, w, p)
+        state = sa if sb is None else sb if sb == sa else None  # a build without the probe: the other's
+        lines.append(f"{w:<44} {impl:<15} {size_name(p):>8} {mb[key]:>10.3g} {a:>10.3g} {a / mb[key]:>6.2f}x "
+                     f"{state or 'mixed'}")
+        if state and a > AGAINST_LIMIT * mb[key]:
+            worse.append(f"{w} {impl} {size_name(p)} {a / mb[key]:.2f}x ({state})")
+    verdict = (f"routes: every default row <= {AGAINST_LIMIT}x before, in the state both ran in: "
+               + (f"missed: {'; '.join(worse)}" if worse else "met"))
+    return lines, verdict

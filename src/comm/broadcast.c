@@ -98,144 +98,66 @@ static void copy_to_slots(lockstep_comm_t *c, const char *buf, size_t bytes, con
         memcpy(ls_small(c, peers[i], b), buf, bytes);
 }
 
-/* A small broadcast whose root copied nothing before announcing, in the hope of a
- * zero-copy or kernel-copy call that some receiver could not take, after the
- * announcement: the root copies into the small slots only now (PULL its own, PUSH
- * every receiver's), and one step tells the receivers it is there. */
-static int late_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
-                     lockstep_xfer_t xfer)
+/* The small route, after the announcement. The root copied into the slots before
+ * announcing, and the receivers copy out (inside the announcement up to
+ * LS_INLINE_BYTES) unless the root held its copy back (late: it hoped for a zero-copy
+ * or kernel-copy call some rank could not take): then it copies in only now (PULL its
+ * own slot, PUSH every receiver's), and one step tells the receivers it is there. */
+static int small_route(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                       lockstep_xfer_t xfer, int late)
 {
     unsigned b = c->seq & 1;
+    int me = c->rank, rc;
+    const char *from = bytes <= LS_INLINE_BYTES ? (const char *)ls_ctl(c, root)->ann[b].data + ls_inline_at(bytes)
+                                                : ls_small(c, xfer == LOCKSTEP_XFER_PULL ? root : me, b);
+    if (!late) {
+        if (me != root && bytes)
+            memcpy(buf, from, bytes);
+        return 0;
+    }
     uint32_t t = ++c->step;
-    int rc;
-    if (c->rank == root && xfer == LOCKSTEP_XFER_PULL)
+    if (me == root && xfer == LOCKSTEP_XFER_PULL)
         memcpy(ls_small(c, root, b), buf, bytes);
-    else if (c->rank == root)
+    else if (me == root)
         copy_to_slots(c, buf, bytes, peers, np, b);
     else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, ls_comm_deadline(c))) != 0)
         return rc;
     else
-        memcpy(buf, ls_small(c, xfer == LOCKSTEP_XFER_PULL ? root : c->rank, b), bytes);
+        memcpy(buf, from, bytes);
     ls_comm_publish_step(c, t);
     return 0;
 }
 
-/* A PUSH broadcast of LS_SMALL_ZERO_COPY_MIN up to small_bytes whose root's buf lies in
- * its buffer, after the announcement: if every receiver's does too, zero-copy as a
- * larger one (split_broadcast), else through the slots, late. */
-static int small_zero_copy(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np)
+/* The zero-copy route (PUSH, every receiver's buf in its buffer), in one of three
+ * forms: relayed along the root's chain (relay_bytes and up, 3 ranks or more), shared
+ * when the root's buf lies in its buffer too (split_broadcast), else pushed: the root
+ * copies into each receiver's buffer and one step says all copies are done. */
+static int zero_copy_route(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                           const unsigned char *chain, uint64_t deadline)
 {
-    if (ls_all_posted(c, LOCKSTEP_XFER_PUSH, root))
-        return split_broadcast(c, buf, bytes, root, peers, np, 0, ls_comm_deadline(c));
-    return late_copy(c, buf, bytes, root, peers, np, LOCKSTEP_XFER_PUSH);
+    if (chain)
+        return relay_broadcast(c, buf, bytes, root, chain, deadline);
+    if (ls_zc_announced(c, root).recv != LS_NO_OFFSET)
+        return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
+    uint32_t t = ++c->step;
+    int rc;
+    if (c->rank == root)
+        ls_push_zero_copy(c, buf, bytes, 0, peers, np);
+    else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
+        return rc;
+    ls_comm_publish_step(c, t); /* the root's says its copies are done */
+    return 0;
 }
 
-static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
-                     lockstep_xfer_t xfer)
+/* The pipelined route: the root fills the ring of pieces over both chunk slots (see
+ * the top); each receiver copies a piece out once the root's step says it is there */
+static int pipelined_route(lockstep_comm_t *c, char *p, size_t bytes, int root, const int *peers, int np,
+                           lockstep_xfer_t xfer, uint64_t deadline)
 {
-    if ((bytes && !buf) || root < 0 || root >= c->size || ls_bad_order(order, xfer))
-        return -EINVAL;
-    if (c->size == 1) /* alone: buf already holds the root's bytes */
-        return ls_comm_failed(c);
-    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes) {
-        c->route = LOCKSTEP_ROUTE_EAGER;
-        return ls_eager_broadcast(c, buf, bytes, root, xfer);
-    }
-    static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
-    int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
-    if ((rc = ls_comm_settle(c)) != 0)
-        return rc;
-    ls_comm_order(c, order, peers);
-    int np = c->size - 1;
-
-    if (bytes <= c->hdr->small_bytes) {
-        unsigned b = (c->seq + 1) & 1;
-        size_t at = ls_inline_at(bytes);
-        /* a PUSH whose root would copy LS_SMALL_ZERO_COPY_MIN or more: every rank posts
-         * where its buf lies in its buffer; a root whose buf lies there copies nothing
-         * before announcing */
-        int posts = xfer == LOCKSTEP_XFER_PUSH && bytes * (size_t)np >= LS_SMALL_ZERO_COPY_MIN;
-        uint64_t where = posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
-        /* 2 ranks, from the window's start (the same on every rank, as bytes): every
-         * rank posts whether it offers a kernel copy, and a root that offers copies
-         * nothing before announcing */
-        int kc_posts = np == 1 && bytes >= ls_kcopy_least(window);
-        int offer = kc_posts && ls_kcopy_offer(c, window, bytes);
-        int later = me == root && (where != LS_NO_OFFSET || offer);
-        if (me == root && bytes && !later) {
-            if (bytes <= LS_INLINE_BYTES)
-                memcpy(ls_ctl(c, me)->ann[b].data + at, buf, bytes);
-            else if (xfer == LOCKSTEP_XFER_PULL)
-                memcpy(ls_small(c, me, b), buf, bytes);
-            else
-                copy_to_slots(c, buf, bytes, peers, np, b);
-        }
-        if (posts) /* after the copy, as for allreduce */
-            ls_zc_post(c, LS_NO_OFFSET, where);
-        if (kc_posts) {
-            ls_kcopy_post(c, offer ? buf : NULL, buf);
-            ls_kcopy_post_early(c, !later);
-        }
-        if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
-            return rc;
-        int kcopy = kc_posts && ls_kcopy_count(c) == c->size;
-        int zero_copy = posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET;
-        c->route = zero_copy && ls_all_posted(c, LOCKSTEP_XFER_PUSH, root) ? LOCKSTEP_ROUTE_ZERO_COPY
-                   : !zero_copy && kcopy                                ? LOCKSTEP_ROUTE_KERNEL_COPY
-                   : bytes <= LS_INLINE_BYTES                           ? LOCKSTEP_ROUTE_INLINE
-                                                                        : LOCKSTEP_ROUTE_SMALL;
-        if (zero_copy)
-            return small_zero_copy(c, buf, bytes, root, peers, np);
-        /* the root held its copy back (as it posted) */
-        int late = !kcopy && kc_posts && (me == root ? later : !ls_kcopy_early_peers(c));
-        if (kcopy)
-            return split_broadcast(c, buf, bytes, root, peers, np, 1, ls_comm_deadline(c));
-        if (late)
-            return late_copy(c, buf, bytes, root, peers, np, xfer);
-        if (me != root && bytes)
-            memcpy(buf,
-                   bytes <= LS_INLINE_BYTES ? (const void *)(ls_ctl(c, root)->ann[b].data + at)
-                                            : (const void *)ls_small(c, xfer == LOCKSTEP_XFER_PULL ? root : me, b),
-                   bytes);
-        return 0;
-    }
-
-    ls_post_recv(c, xfer, buf, bytes);
-    /* only 2 ranks offer a kernel copy; np is the same on every rank, so the others
-     * need not count the offers after announcing */
-    int offer = np == 1 && ls_kcopy_offer(c, window, bytes);
-    ls_kcopy_post(c, offer ? buf : NULL, buf);
-    /* the relay's chain, the root's order, goes in the root's small slot for this call
-     * (large calls leave it unused; written before announcing, as a small payload is) */
-    int relay = xfer == LOCKSTEP_XFER_PUSH && np >= 2 && bytes >= c->hdr->relay_bytes;
-    unsigned char *chain = (unsigned char *)ls_small(c, root, (c->seq + 1) & 1);
-    _Static_assert(LOCKSTEP_COMM_MAX_RANKS <= 256, "a rank fits a byte, the chain a small slot (256 B or more)");
-    for (int i = 0; relay && me == root && i < np; i++)
-        chain[i] = (unsigned char)peers[i];
-    if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
-        return rc;
-    uint64_t deadline = ls_comm_deadline(c);
-    int zero_copy = ls_all_posted(c, xfer, root), kcopy = np == 1 && ls_kcopy_count(c) == c->size;
-    c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY : kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
-    if (zero_copy && relay)
-        return relay_broadcast(c, buf, bytes, root, chain, deadline);
-    if (zero_copy && ls_zc_announced(c, root).recv != LS_NO_OFFSET) /* the root's buf in its buffer too */
-        return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
-    if (zero_copy) {
-        uint32_t t = ++c->step;
-        if (me == root)
-            ls_push_zero_copy(c, buf, bytes, 0, peers, np);
-        else if ((rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0)
-            return rc;
-        ls_comm_publish_step(c, t); /* the root's says its copies are done */
-        return 0;
-    }
-    if (kcopy)
-        return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
+    int me = c->rank, rc;
     size_t piece = c->hdr->chunk_bytes < LS_BCAST_PIECE ? c->hdr->chunk_bytes : LS_BCAST_PIECE;
     size_t ring = 2 * c->hdr->chunk_bytes / piece, pieces = (bytes + piece - 1) / piece;
     uint32_t base = c->step;
-    char *p = buf;
     for (size_t j = 0; j < pieces; j++) {
         size_t off = j * piece, n = bytes - off < piece ? bytes - off : piece, at = (j % ring) * piece;
         uint32_t t = base + (uint32_t)j + 1;
@@ -258,6 +180,106 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     c->step = base + (uint32_t)pieces;
     c->busy = LS_BUSY_BOTH; /* receivers may still be copying from the root's ring */
     return 0;
+}
+
+/* Before a small call's announcement, what each rank posts, and the root's copy into
+ * the slots unless it holds it back (*later) for a zero-copy or kernel-copy call:
+ *   a PUSH whose root would copy LS_SMALL_ZERO_COPY_MIN or more: where each buf lies in
+ *     its buffer (*posts);
+ *   2 ranks, from the kernel-copy window's least (the same on every rank, as bytes):
+ *     whether each offers a kernel copy (*kc_posts). */
+static void small_prepare(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
+                          lockstep_xfer_t xfer, int *posts, int *kc_posts, int *later)
+{
+    static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
+    int me = c->rank;
+    unsigned b = (c->seq + 1) & 1;
+    *posts = xfer == LOCKSTEP_XFER_PUSH && bytes * (size_t)np >= LS_SMALL_ZERO_COPY_MIN;
+    uint64_t where = *posts ? ls_buffer_offset(c, buf, bytes) : LS_NO_OFFSET;
+    *kc_posts = np == 1 && bytes >= ls_kcopy_least(window);
+    int offer = *kc_posts && ls_kcopy_offer(c, window, bytes);
+    *later = me == root && (where != LS_NO_OFFSET || offer);
+    if (me == root && bytes && !*later) {
+        if (bytes <= LS_INLINE_BYTES)
+            memcpy(ls_ctl(c, me)->ann[b].data + ls_inline_at(bytes), buf, bytes);
+        else if (xfer == LOCKSTEP_XFER_PULL)
+            memcpy(ls_small(c, me, b), buf, bytes);
+        else
+            copy_to_slots(c, buf, bytes, peers, np, b);
+    }
+    if (*posts) /* after the copy, as for allreduce */
+        ls_zc_post(c, LS_NO_OFFSET, where);
+    if (*kc_posts) {
+        ls_kcopy_post(c, offer ? buf : NULL, buf);
+        ls_kcopy_post_early(c, !*later);
+    }
+}
+
+/* Each call takes one of the routes of comm.h's table (small, pipelined, zero-copy,
+ * kernel copy), chosen after the announcement from what every rank posted; eager
+ * broadcasts are the caller's choice (eager.c). */
+static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,
+                     lockstep_xfer_t xfer)
+{
+    if ((bytes && !buf) || root < 0 || root >= c->size || ls_bad_order(order, xfer))
+        return -EINVAL;
+    if (c->size == 1) /* alone: buf already holds the root's bytes */
+        return ls_comm_failed(c);
+    if (c->hdr->eager_bytes && bytes <= c->hdr->eager_bytes) {
+        c->route = LOCKSTEP_ROUTE_EAGER;
+        return ls_eager_broadcast(c, buf, bytes, root, xfer);
+    }
+    int me = c->rank, rc, peers[LOCKSTEP_COMM_MAX_RANKS];
+    if ((rc = ls_comm_settle(c)) != 0)
+        return rc;
+    ls_comm_order(c, order, peers);
+    int np = c->size - 1;
+
+    if (bytes <= c->hdr->small_bytes) {
+        int posts, kc_posts, later;
+        small_prepare(c, buf, bytes, root, peers, np, xfer, &posts, &kc_posts, &later);
+        if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
+            return rc;
+        /* zero-copy only when the root's buf lies in its buffer (its post) and every
+         * receiver's does; a root that posted held its copy back either way */
+        int root_posted = posts && ls_zc_announced(c, root).recv != LS_NO_OFFSET;
+        int zero_copy = root_posted && ls_all_posted(c, LOCKSTEP_XFER_PUSH, root);
+        int kcopy = !root_posted && kc_posts && ls_kcopy_count(c) == c->size;
+        int late = root_posted || (kc_posts && (me == root ? later : !ls_kcopy_early_peers(c)));
+        c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY
+                   : kcopy   ? LOCKSTEP_ROUTE_KERNEL_COPY
+                   : bytes <= LS_INLINE_BYTES ? LOCKSTEP_ROUTE_INLINE
+                                              : LOCKSTEP_ROUTE_SMALL;
+        if (zero_copy)
+            return zero_copy_route(c, buf, bytes, root, peers, np, NULL, ls_comm_deadline(c));
+        if (kcopy)
+            return split_broadcast(c, buf, bytes, root, peers, np, 1, ls_comm_deadline(c));
+        return small_route(c, buf, bytes, root, peers, np, xfer, late);
+    }
+
+    static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
+    ls_post_recv(c, xfer, buf, bytes);
+    /* only 2 ranks offer a kernel copy; np is the same on every rank, so the others
+     * need not count the offers after announcing */
+    int offer = np == 1 && ls_kcopy_offer(c, window, bytes);
+    ls_kcopy_post(c, offer ? buf : NULL, buf);
+    /* the relay's chain, the root's order, goes in the root's small slot for this call
+     * (large calls leave it unused; written before announcing, as a small payload is) */
+    int relay = xfer == LOCKSTEP_XFER_PUSH && np >= 2 && bytes >= c->hdr->relay_bytes;
+    unsigned char *chain = (unsigned char *)ls_small(c, root, (c->seq + 1) & 1);
+    _Static_assert(LOCKSTEP_COMM_MAX_RANKS <= 256, "a rank fits a byte, the chain a small slot (256 B or more)");
+    for (int i = 0; relay && me == root && i < np; i++)
+        chain[i] = (unsigned char)peers[i];
+    if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
+        return rc;
+    uint64_t deadline = ls_comm_deadline(c);
+    int zero_copy = ls_all_posted(c, xfer, root), kcopy = !zero_copy && np == 1 && ls_kcopy_count(c) == c->size;
+    c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY : kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
+    if (zero_copy)
+        return zero_copy_route(c, buf, bytes, root, peers, np, relay ? chain : NULL, deadline);
+    if (kcopy)
+        return split_broadcast(c, buf, bytes, root, peers, np, 1, deadline);
+    return pipelined_route(c, buf, bytes, root, peers, np, xfer, deadline);
 }
 
 int lockstep_comm_broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lockstep_order_t order,

@@ -515,9 +515,7 @@ _C_METHODS = ("allreduce", "broadcast", "allgather", "alltoall", "reduce_scatter
 
 def _broadcast(c: _lockstep.Comm, buf: Any, root: Any = 0, order: Any = "linear", xfer: Any = "pull") -> Any:
     try:
-        root = _int_arg(root, "root", None)
-        if not 0 <= root < c.size:
-            raise ValueError(f"root must be a rank from 0 to {c.size - 1}, not {root}")
+        root = _lockstep.check_root(_int_arg(root, "root", None), c.size)
         o, x = _code(_ORDERS, order, "order"), _code(_XFERS, xfer, "xfer")
         memory = _tensor_memory(buf) if _is_tensor(buf) else None
     except (TypeError, ValueError):

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import torch
 
-from . import _torch_build, _torch_seen
+from . import _lockstep, _torch_build, _torch_seen
 
 if TYPE_CHECKING:
     import lockstep
@@ -101,7 +101,7 @@ def unregister(handle: int) -> None:
 def _comm(handle: int) -> lockstep.Comm:
     comm = _comms.get(handle)
     if comm is None:
-        raise ValueError(f"no communicator registered under handle {handle}: call lockstep.torch_ops.register(comm)")
+        raise _lockstep.unbound_error(handle)
     return comm
 
 
@@ -118,10 +118,8 @@ def _refusing(comm: lockstep.Comm, check: Callable[..., _R], *args: Any) -> _R:
 
 def _no_grad(comm: lockstep.Comm, tensor: torch.Tensor, name: str) -> None:
     if tensor.requires_grad and torch.is_grad_enabled():
-        also = f" (torch.ops.lockstep.{name.rstrip('_')}_autograd has one)"
         comm._refused()  # as _refusing does; here the check costs no call of its own
-        raise RuntimeError(f"torch.ops.lockstep.{name} has no backward{also}: call it under torch.no_grad() "
-                           "or torch.inference_mode(), or on a tensor that does not require grad")
+        raise _lockstep.no_grad_error(name)
 
 
 def all_reduce_(tensor: torch.Tensor, handle: int, op: Op = "sum") -> None:
@@ -170,12 +168,7 @@ def broadcast(tensor: torch.Tensor, handle: int, root: int = 0) -> torch.Tensor:
 
 def _dim(tensor: torch.Tensor, dim: int, op: str, name: str = "dim") -> int:
     """dim as a non-negative index into tensor's dimensions, checked"""
-    if tensor.dim() == 0:
-        raise ValueError(f"{op} needs a tensor of at least one dimension (use .reshape(1))")
-    if not -tensor.dim() <= dim < tensor.dim():
-        raise ValueError(f"{op}'s {name} must be from {-tensor.dim()} to {tensor.dim() - 1} for this "
-                         f"{tensor.dim()}-dimensional tensor, not {dim}")
-    return dim % tensor.dim()
+    return int(_lockstep.check_dim(tensor.dim(), dim, op, name))
 
 
 def _gather_shape(tensor: torch.Tensor, size: int, dim: int) -> Tuple[List[int], int]:
@@ -200,9 +193,7 @@ def _split_shape(tensor: torch.Tensor, size: int, dim: int, op: str, name: str =
     """tensor's shape with dim divided by size, and dim as a non-negative index"""
     dim = _dim(tensor, dim, op, name)
     shape = list(tensor.shape)
-    if shape[dim] % size:
-        raise ValueError(f"{op} splits dimension {dim} into {size} equal parts, one per rank, but it has "
-                         f"{shape[dim]} elements: pad it to a multiple of {size}")
+    _lockstep.check_split(shape[dim], size, dim, op)
     shape[dim] //= size
     return shape, dim
 

@@ -2,6 +2,9 @@
  * library's calls, for extensions that call lockstep without Python in between. */
 #include "module.h"
 #include "../lockstep/csrc/capi.h"
+#include "op_checks.h"
+
+_Static_assert(LSP_CHECK_MSG_BYTES == LSP_CHECK_MSG, "one size for the checks' messages");
 
 static int capi_enter(PyObject *obj, const char *what, lockstep_comm_t **comm)
 {
@@ -38,7 +41,8 @@ static int capi_op_code(const char *name)
 static const lsp_capi capi = {
     LSP_CAPI_VERSION, &lsp_CommType, capi_enter, capi_leave, capi_refuse, capi_raise_code, capi_op_code,
     lockstep_comm_allreduce, lockstep_comm_reduce_scatter, lockstep_comm_alltoall, lockstep_comm_broadcast,
-    lockstep_comm_allgather, lockstep_comm_rank, lockstep_comm_size,
+    lockstep_comm_allgather, lockstep_comm_rank, lockstep_comm_size, lsp_check_dim, lsp_check_split,
+    lsp_check_root, lsp_no_grad_message, lsp_dtype_message, lsp_unbound_message,
 };
 
 int lsp_add_capi(PyObject *m)

@@ -61,6 +61,13 @@ static PyObject *names_tuple(const char *const *names, int n)
 
 static PyMethodDef mod_methods[] = {
     {"env_params", mod_env_params, METH_NOARGS, "(job, rank, size) from the launcher's variables"},
+    {"check_dim", lsp_mod_check_dim, METH_VARARGS,
+     "check_dim(ndim, dim, op, name='dim') -> dim as an index; ValueError as the torch ops raise it"},
+    {"check_split", lsp_mod_check_split, METH_VARARGS,
+     "check_split(extent, size, dim, op): ValueError unless extent splits into size equal parts"},
+    {"check_root", lsp_mod_check_root, METH_VARARGS, "check_root(root, size) -> root; ValueError past the ranks"},
+    {"no_grad_error", lsp_mod_no_grad_error, METH_O, "no_grad_error(op) -> the RuntimeError to raise"},
+    {"unbound_error", lsp_mod_unbound_error, METH_O, "unbound_error(handle) -> the ValueError to raise"},
     {"reduce_isa", mod_reduce_isa, METH_NOARGS,
      "reduce_isa() -> 'avx512', 'avx2' or 'base': the reduction kernels' instruction set in this process"},
     {"_set_numpy", lsp_mod_set_numpy, METH_VARARGS, "_set_numpy(ndarray, empty): the calls make recv in C"},

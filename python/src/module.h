@@ -5,6 +5,7 @@
  *   comm_type.c   the Comm type: create, close, the shared buffer, attributes
  *   calls.c       the collectives' entry points
  *   intake.c      arguments and buffers: names, numpy arrays, torch tensors, recv shapes
+ *   op_checks.c   the torch ops' argument checks, for both kernels
  *   lockstep_module.c  the module */
 #ifndef LOCKSTEP_PY_MODULE_H
 #define LOCKSTEP_PY_MODULE_H
@@ -22,6 +23,14 @@
 extern PyObject *CommError, *PeerDiedError, *CommTimeoutError, *MismatchError, *CancelledError, *PeerArgumentError;
 extern PyTypeObject lsp_CommType;
 
+/* op_checks.c: the checks for the torch ops' Python kernels (check_dim, check_split,
+ * check_root) and
+ * their errors (no_grad_error, unbound_error return the exception to raise) */
+PyObject *lsp_mod_check_dim(PyObject *mod, PyObject *args);
+PyObject *lsp_mod_check_split(PyObject *mod, PyObject *args);
+PyObject *lsp_mod_check_root(PyObject *mod, PyObject *args);
+PyObject *lsp_mod_no_grad_error(PyObject *mod, PyObject *arg);
+PyObject *lsp_mod_unbound_error(PyObject *mod, PyObject *arg);
 /* capi.c: add the capsule _C_API (lockstep/csrc/capi.h) to m: 0, or -1 with the error set */
 int lsp_add_capi(PyObject *m);
 /* errors.c */

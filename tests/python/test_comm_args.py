@@ -241,3 +241,28 @@ def test_the_address_entry_points_check_their_arguments():
             assert b[:8].tolist() == [4, 5, 6, 7] * 2
         return True
     assert run_ranks(body, 2) == {0: True, 1: True}
+
+
+def test_the_torch_ops_checks_are_the_extensions():
+    """The checks both kernels of the torch ops make (python/src/op_checks.c), exactly"""
+    from lockstep import _lockstep as L
+    assert L.check_dim(3, -1, "all_gather") == 2 and L.check_dim(1, 0, "x") == 0
+    with pytest.raises(ValueError, match=r"^all_gather needs a tensor of at least one dimension \(use .reshape\(1\)\)$"):
+        L.check_dim(0, 0, "all_gather")
+    with pytest.raises(ValueError, match="^all_to_all's gather_dim must be from -2 to 1 for this 2-dimensional "
+                                         "tensor, not 5$"):
+        L.check_dim(2, 5, "all_to_all", "gather_dim")
+    assert L.check_split(8, 2, 1, "reduce_scatter") is None
+    with pytest.raises(ValueError, match="^reduce_scatter splits dimension 1 into 2 equal parts, one per rank, but "
+                                         "it has 7 elements: pad it to a multiple of 2$"):
+        L.check_split(7, 2, 1, "reduce_scatter")
+    assert L.check_root(1, 2) == 1
+    for bad in (-1, 2, 2**70):
+        with pytest.raises(ValueError, match=f"^root must be a rank from 0 to 1, not {bad}$"):
+            L.check_root(bad, 2)
+    e = L.no_grad_error("all_reduce_")
+    assert isinstance(e, RuntimeError) and str(e).startswith(
+        "torch.ops.lockstep.all_reduce_ has no backward (torch.ops.lockstep.all_reduce_autograd has one)")
+    e = L.unbound_error(5)
+    assert isinstance(e, ValueError) and str(e) == \
+        "no communicator registered under handle 5: call lockstep.torch_ops.register(comm)"

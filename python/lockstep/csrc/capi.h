@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 #define LSP_CAPI_NAME "lockstep._lockstep._C_API"
-#define LSP_CAPI_VERSION 1 /* raise when a field changes; a reader refuses another */
+#define LSP_CAPI_VERSION 2 /* raise when a field changes; a reader refuses another */
 
 typedef struct lsp_capi {
     int version;
@@ -45,7 +45,18 @@ typedef struct lsp_capi {
     int (*allgather)(lockstep_comm_t *, const void *, void *, size_t, lockstep_order_t, lockstep_xfer_t);
     int (*rank)(const lockstep_comm_t *);
     int (*size)(const lockstep_comm_t *);
+
+    /* the torch ops' argument checks and messages, shared with the Python kernels; they
+     * touch no Python object, so they run without the GIL (python/src/op_checks.h) */
+    int (*check_dim)(int64_t ndim, int64_t dim, const char *op, const char *name, char *msg, size_t len);
+    int (*check_split)(int64_t extent, int size, int64_t dim, const char *op, char *msg, size_t len);
+    int (*check_root)(int64_t root, int size, char *msg, size_t len);
+    void (*no_grad_message)(const char *op, char *msg, size_t len);
+    void (*dtype_message)(const char *what, const char *dtype, char *msg, size_t len);
+    void (*unbound_message)(long long handle, char *msg, size_t len);
 } lsp_capi;
+
+#define LSP_CHECK_MSG_BYTES 320 /* room for any of their messages */
 
 #ifdef __cplusplus
 }

@@ -80,13 +80,14 @@ public:
     }
     // The checks every op makes before its call: no autograd graph through it, a CPU
     // tensor (the kernel is registered for CPU only, so only the graph is left)
+    // (the checks and their messages are lockstep._lockstep's, which the Python kernels
+    // share: python/src/op_checks.c)
     void no_grad(const at::Tensor &t, const char *op)
     {
         if (t.requires_grad() && c10::GradMode::is_enabled()) {
-            std::string name(op), base = name.back() == '_' ? name.substr(0, name.size() - 1) : name;
-            refuse(PyExc_RuntimeError, "torch.ops.lockstep." + name + " has no backward (torch.ops.lockstep." + base +
-                                           "_autograd has one): call it under torch.no_grad() or "
-                                           "torch.inference_mode(), or on a tensor that does not require grad");
+            char msg[LSP_CHECK_MSG_BYTES];
+            api->no_grad_message(op, msg, sizeof msg);
+            refuse(PyExc_RuntimeError, msg);
         }
     }
     lockstep_dtype_t dtype(const at::Tensor &t)
@@ -96,9 +97,11 @@ public:
         case at::kHalf: return LOCKSTEP_DTYPE_F16;
         case at::kBFloat16: return LOCKSTEP_DTYPE_BF16;
         case at::kInt: return LOCKSTEP_DTYPE_I32;
-        default:
-            refuse(PyExc_TypeError, std::string(what_) + " supports float32, float16, bfloat16 and int32 tensors, not "
-                                        "torch." + std::string(c10::getDtypeNames(t.scalar_type()).first));
+        default: {
+            char msg[LSP_CHECK_MSG_BYTES];
+            api->dtype_message(what_, std::string(c10::getDtypeNames(t.scalar_type()).first).c_str(), msg, sizeof msg);
+            refuse(PyExc_TypeError, msg);
+        }
         }
     }
     // The communicator's size and rank, for checks that need them (one taking of the GIL)
@@ -158,9 +161,9 @@ private:
             return;
         auto it = comms.find(handle_);
         if (it == comms.end()) {
-            PyErr_Format(PyExc_ValueError,
-                         "no communicator registered under handle %lld: call lockstep.torch_ops.register(comm)",
-                         (long long)handle_);
+            char msg[LSP_CHECK_MSG_BYTES];
+            api->unbound_message((long long)handle_, msg, sizeof msg);
+            PyErr_SetString(PyExc_ValueError, msg);
             raise_set();
         }
         obj_ = it->second.obj;
@@ -210,11 +213,11 @@ void broadcast_into(call &c, at::Tensor &t, int root)
 
 int check_root(call &c, int64_t root)
 {
-    int size = c.size();
-    if (root < 0 || root >= size)
-        c.refuse(PyExc_ValueError,
-                 "root must be a rank from 0 to " + std::to_string(size - 1) + ", not " + std::to_string(root));
-    return (int)root;
+    char msg[LSP_CHECK_MSG_BYTES];
+    int r = api->check_root(root, c.size(), msg, sizeof msg);
+    if (r < 0)
+        c.refuse(PyExc_ValueError, msg);
+    return r;
 }
 
 void all_reduce_(at::Tensor &t, int64_t handle, c10::string_view op)
@@ -256,25 +259,20 @@ at::Tensor broadcast_named(const at::Tensor &t, int64_t handle, int64_t root, co
 // dim as an index into t's dimensions, checked
 int64_t check_dim(call &c, const at::Tensor &t, int64_t dim, const char *op, const char *name = "dim")
 {
-    int64_t n = t.dim();
-    if (n == 0)
-        c.refuse(PyExc_ValueError, std::string(op) + " needs a tensor of at least one dimension (use .reshape(1))");
-    if (dim < -n || dim >= n)
-        c.refuse(PyExc_ValueError, std::string(op) + "'s " + name + " must be from " + std::to_string(-n) + " to " +
-                                       std::to_string(n - 1) + " for this " + std::to_string(n) +
-                                       "-dimensional tensor, not " + std::to_string(dim));
-    return dim < 0 ? dim + n : dim;
+    char msg[LSP_CHECK_MSG_BYTES];
+    int d = api->check_dim(t.dim(), dim, op, name, msg, sizeof msg);
+    if (d < 0)
+        c.refuse(PyExc_ValueError, msg);
+    return d;
 }
 
 // t's shape with dim divided by size (checked)
 std::vector<int64_t> split_shape(call &c, const at::Tensor &t, int size, int64_t dim, const char *op)
 {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-    if (shape[dim] % size)
-        c.refuse(PyExc_ValueError, std::string(op) + " splits dimension " + std::to_string(dim) + " into " +
-                                       std::to_string(size) + " equal parts, one per rank, but it has " +
-                                       std::to_string(shape[dim]) + " elements: pad it to a multiple of " +
-                                       std::to_string(size));
+    char msg[LSP_CHECK_MSG_BYTES];
+    if (api->check_split(shape[dim], size, dim, op, msg, sizeof msg) < 0)
+        c.refuse(PyExc_ValueError, msg);
     shape[dim] /= size;
     return shape;
 }

@@ -42,10 +42,9 @@
  *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
  *                                    pieces                bufs in buffers    each: 64-512 KiB
  *                                                                             | 16 KiB+
- *   allgather       PULL: block,     chunked               PUSH, every recv   past the small
- *                   PUSH: total      through the chunk     in its buffer      path: PUSH blocks
- *                   <= small_bytes   slots                                    128-384 KiB, PULL
- *                                                                             - | 16 KiB+; PUSH
+ *   allgather       PULL: block,     chunked               PUSH, every recv   PUSH blocks of
+ *                   PUSH: total      through the chunk     in its buffer      128-384 KiB, PULL
+ *                   <= small_bytes   slots                                    - | 16 KiB+; PUSH
  *                                                                             64 KiB+ oversub.
  *
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and

@@ -3,12 +3,14 @@
  * out of the peer's slot; PUSH: each rank writes its block into every peer's slot).
  * Routes (tuning.h):
  *   small (PULL: a block up to small_bytes; PUSH: all blocks): the blocks travel with
- *     the announcement, in small[s & 1] or inside it up to LS_INLINE_BYTES;
+ *     the announcement, in small[s & 1] or inside it up to LS_INLINE_BYTES; from the
+ *     kernel-copy window's least block a rank that offers a kernel copy holds its copy
+ *     back, and if some rank did not offer, copies late, with one step more;
  *   chunked: through chunk[j & 1], one step per chunk; a chunk slot is rewritten two
  *     chunks later, after every rank has passed the step that follows its reads;
  *   zero-copy PUSH, when every rank's recv lies in its lockstep_comm_buffer: each rank
  *     copies its block straight into every peer's recv, and one step ends the call;
- *   kernel copy (LS_KCOPY_ALLGATHER_PUSH, _PULL, past the small path): PULL reads each
+ *   kernel copy (LS_KCOPY_ALLGATHER_PUSH, _PULL, small or not): PULL reads each
  *     peer's block from its send, PUSH writes mine into each peer's recv; one step
  *     ends the call. */
 #include <errno.h>
@@ -68,20 +70,41 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     int np = N - 1;
     size_t small = c->hdr->small_bytes;
 
+    static const struct ls_kcopy_window pull = LS_KCOPY_ALLGATHER_PULL, push = LS_KCOPY_ALLGATHER_PUSH;
+    struct ls_kcopy_window window = xfer == LOCKSTEP_XFER_PULL ? pull : push;
     if (xfer == LOCKSTEP_XFER_PULL ? bytes <= small : total <= small) {
         unsigned b = (c->seq + 1) & 1;
         int inl = bytes <= LS_INLINE_BYTES;
         size_t at = ls_inline_at(bytes);
+        /* from the window's least block (the same on every rank, as bytes) every rank
+         * posts whether it offers a kernel copy, and one that offers copies nothing
+         * into the slots before announcing */
+        int kc_posts = bytes >= ls_kcopy_least(window);
+        int offer = kc_posts && ls_kcopy_offer(c, window, bytes);
         if (inl) {
             if (bytes)
                 memcpy(ls_ctl(c, me)->ann[b].data + at, in, bytes);
-        } else {
+        } else if (!offer) {
             copy_to_small(c, in, bytes, xfer, peers, np, b);
+        }
+        if (kc_posts) {
+            ls_kcopy_post(c, offer ? in : NULL, out);
+            ls_kcopy_post_early(c, !offer);
         }
         c->route = inl ? LOCKSTEP_ROUTE_INLINE : LOCKSTEP_ROUTE_SMALL;
         rc = ls_gather_announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes);
         if (rc || !bytes)
             return rc;
+        if (kc_posts && ls_kcopy_count(c) == N) {
+            c->route = LOCKSTEP_ROUTE_KERNEL_COPY;
+            return allgather_kernel_copy(c, in, out, bytes, xfer, peers, np);
+        }
+        if (kc_posts && (offer || !ls_kcopy_early_peers(c))) { /* some rank held its copy back */
+            if (offer)
+                copy_to_small(c, in, bytes, xfer, peers, np, b);
+            if ((rc = ls_comm_step(c, ls_comm_deadline(c))) != 0) /* every rank's copy is in */
+                return rc;
+        }
         if (in != mine)
             memcpy(mine, in, bytes);
         for (int i = 0; i < np; i++) {
@@ -96,8 +119,7 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
 
     ls_post_recv(c, xfer, out, total);
     /* every rank posts, so that every rank counts the same (bytes is the same on all) */
-    static const struct ls_kcopy_window pull = LS_KCOPY_ALLGATHER_PULL, push = LS_KCOPY_ALLGATHER_PUSH;
-    int offer = ls_kcopy_offer(c, xfer == LOCKSTEP_XFER_PULL ? pull : push, bytes);
+    int offer = ls_kcopy_offer(c, window, bytes);
     ls_kcopy_post(c, offer ? in : NULL, out);
     if ((rc = ls_gather_announce(c, LS_CALL_ALLGATHER, xfer, 0, bytes)) != 0)
         return rc;

@@ -65,7 +65,14 @@ static int change_body(int rank, int size, const char *job)
     CHECK_EQ(lockstep_comm_route(c), far_route);
     for (size_t k = 0; k < (size_t)size * b; k++) /* block r: rank r's block `rank` */
         CHECK_EQ(out[k], (unsigned char)((size_t)rank * 16 + k / b * 4 + (k % b + (size_t)rank * b) % 3));
-    /* allgathers take kernel copies past the small path only (small_bytes, 256 KiB) */
+    /* allgathers on the small path (64 KiB) and past it (320 KiB) */
+    for (int x = 0; x < 2; x++) {
+        lockstep_xfer_t xfer = x ? LOCKSTEP_XFER_PUSH : LOCKSTEP_XFER_PULL;
+        CHECK_EQ(lockstep_comm_allgather(c, in, out, b, LOCKSTEP_ORDER_LINEAR, xfer), 0);
+        CHECK_EQ(lockstep_comm_route(c), far_route);
+        for (size_t k = 0; k < (size_t)size * b; k++) /* block r: rank r's first block */
+            CHECK_EQ(out[k], (unsigned char)(k / b * 4 + k % b % 3));
+    }
     size_t g = 320 * 1024;
     unsigned char *gin = malloc(g), *gout = malloc((size_t)size * g);
     CHECK(gin && gout);

@@ -37,7 +37,7 @@
  *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  -     | blocks
  *                   (8 KiB over.)                          blocks                   | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160
- *                   scatter                                blocks             KiB | 32 KiB+;
+ *                   scatter                                blocks             KiB | 16 KiB+;
  *                                                                             32 KiB+ oversub.
  *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
  *                                    pieces                bufs in buffers    each: 64-512 KiB

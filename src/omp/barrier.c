@@ -88,7 +88,7 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
     for (;;) {
         if (done(team, target, kind))
             return;
-        if (ls_load_relaxed(&team->queued) != 0 && ls_omp_run_one_task(t)) {
+        if (ls_load_relaxed(&team->pending) != 0 && ls_omp_run_one_task(t)) {
             i = 0;
             continue;
         }
@@ -104,7 +104,7 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
         } else {
             uint32_t seen = ls_load_acquire(&team->bell.value);
             ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
-            if (!done(team, target, kind) && ls_load_seqcst(&team->queued) == 0)
+            if (!done(team, target, kind) && !ls_omp_tasks_queued(t, team))
                 syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
             ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
             i = spins; /* woken: yield a round before parking again */

@@ -85,14 +85,19 @@ LS_OMP_EXPORT bool GOMP_cancel(int which, bool do_cancel)
     return true;
 }
 
-bool ls_omp_task_cancelled(const struct ls_omp_task *task)
+bool ls_omp_cancelled_in(const struct ls_omp_team *team, const struct ls_omp_taskgroup *group)
 {
-    if (team_cancelled(task->team))
+    if (team_cancelled(team))
         return true;
-    for (const struct ls_omp_taskgroup *g = task->group; g; g = g->prev)
+    for (const struct ls_omp_taskgroup *g = group; g; g = g->prev)
         if (ls_load_acquire(&g->cancelled))
             return true;
     return false;
+}
+
+bool ls_omp_task_cancelled(const struct ls_omp_task *task)
+{
+    return ls_omp_cancelled_in(task->team, task->group);
 }
 
 /* A barrier that a cancelled region's threads leave: true when the region is cancelled

@@ -56,16 +56,15 @@ static bool conflict(const struct ls_omp_depnode *a, const struct ls_omp_depnode
     return false;
 }
 
+/* the parent's list and its children's counts */
 static void lock(struct ls_omp_task *parent)
 {
-    /* acquire: the previous holder's changes to the list and the counts */
-    while (__atomic_exchange_n(&parent->dep_lock, 1u, __ATOMIC_ACQUIRE) != 0)
-        LS_OMP_SPIN_UNTIL(ls_load_relaxed(&parent->dep_lock) == 0);
+    ls_omp_spin_lock(&parent->dep_lock);
 }
 
 static void unlock(struct ls_omp_task *parent)
 {
-    ls_store_release(&parent->dep_lock, 0u);
+    ls_omp_spin_unlock(&parent->dep_lock);
 }
 
 static bool add_successor(struct ls_omp_depnode *s, struct ls_omp_task *x)

@@ -124,7 +124,7 @@ struct ls_omp_task {
     struct ls_omp_task *parent;      /* holds a reference while this task lives */
     struct ls_omp_taskgroup *group;  /* the group this task is counted in, or NULL */
     struct ls_omp_taskgroup *inner;  /* innermost group open in this task's body */
-    struct ls_omp_task *next;        /* team queue link */
+    struct ls_omp_task *next;        /* the team's inbox link */
     uint32_t children;               /* live child tasks (taskwait waits for 0) */
     uint32_t refs;                   /* 1 for running + 1 per live child; heap tasks */
     struct ls_omp_icv *icv;          /* heap tasks: its creator's ICVs, for its run */
@@ -137,6 +137,7 @@ struct ls_omp_task {
     bool final;
     bool is_explicit;                /* created by a task construct (not implicit) */
     bool heap;                       /* allocated by task.c and freed at refs == 0 */
+    bool block;                      /* in an LS_OMP_TASK_BLOCK block: a thread may keep it */
 };
 
 /* A task with every field zero but inner: field by field, as a memset of the struct
@@ -157,7 +158,7 @@ static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgr
     t->dep_list = NULL;
     t->dep_lock = 0;
     t->detach = 0;
-    t->counted = t->final = t->is_explicit = t->heap = false;
+    t->counted = t->final = t->is_explicit = t->heap = t->block = false;
 }
 
 /* ---- work sharing ------------------------------------------------------------------ */
@@ -187,6 +188,17 @@ struct ls_omp_ws {
 
 /* ---- teams and threads --------------------------------------------------------------- */
 
+/* A member's deferred tasks (deque.c): the member pushes and pops at the bottom, its
+ * own line; thieves take from the top, one at a time under lock, on another line. */
+struct ls_omp_deque {
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t bottom;
+    LS_PADTO(4);
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t top;
+    uint32_t lock;
+    LS_PADTO(8);
+    struct ls_omp_task *ring[LS_OMP_DEQUE_CAP];
+};
+
 /* A member's record for waiters on other CPUs deciding whether to yield: the episode
  * it last arrived at and the CPU it arrived on. Written only when threads outnumber
  * the CPUs; a stale value only makes a waiter yield where it could have spun. */
@@ -195,6 +207,7 @@ struct ls_omp_slot {
     int cpu;
     uint32_t joined;        /* the region whose join this member reached (cancel.c) */
     uint64_t join_target;   /* the count that completes its join episode */
+    struct ls_omp_deque tasks;
 };
 
 struct ls_omp_pool;
@@ -204,6 +217,7 @@ struct ls_omp_team;
 struct ls_omp_ctx {
     struct ls_omp_team *team;   /* NULL outside any region */
     int tid;
+    int n;                      /* the team's size as this thread entered it */
     uint64_t next_target;       /* count that completes this thread's next episode */
     uint32_t ws_count;          /* work-share constructs this thread has entered */
     struct ls_omp_ws *ws;       /* the loop or sections construct it is in */
@@ -211,6 +225,8 @@ struct ls_omp_ctx {
     uint64_t chunk_lo, chunk_hi;/* its current chunk, for ordered */
     bool chunk_held;
     struct ls_omp_task *task;   /* the task it is running */
+    struct ls_omp_deque *deque; /* its deque in the team, NULL in a serial team */
+    uint32_t mark;              /* the deque's bottom when the running task started */
     struct ls_omp_icv icv;
     int league_num;             /* teams: this thread's team in the league */
     int league_size;            /* teams in the league, 0 outside a teams region */
@@ -250,11 +266,14 @@ struct ls_omp_team {
     LS_PADTO(4);
     struct ls_omp_ws ring[LS_OMP_WS_RING];
 
-    /* deferred tasks: a LIFO queue under a spinlock, and counts read without it */
+    /* deferred tasks: those queued by a thread with no room in a deque of this team
+     * (its deque full, or no member: an event fulfilled elsewhere) wait in the inbox, a
+     * LIFO list under a spinlock */
     _Alignas(LOCKSTEP_CACHELINE) uint32_t task_lock;
-    struct ls_omp_task *queue;
-    uint32_t queued;                /* tasks in the queue */
-    uint32_t pending;               /* queued or running deferred tasks */
+    struct ls_omp_task *inbox;
+    uint32_t inboxed;               /* tasks in the inbox */
+    _Alignas(LOCKSTEP_CACHELINE) uint32_t pending; /* queued or running deferred tasks */
+    LS_PADTO(4);
 
     /* the master's own context outside this region, and its implicit task in it */
     struct ls_omp_ctx master_saved;
@@ -276,6 +295,9 @@ struct ls_omp_thread {
     bool icv_saved;
     bool icv_dirty;                 /* its ICVs may differ from its team's (set by a change) */
     int shown_n;                    /* OMP_DISPLAY_AFFINITY: team size last shown */
+    struct ls_omp_task *spare;      /* freed task blocks kept for reuse (task.c) */
+    uint32_t n_spare;
+    bool keeps_spares;              /* a worker or a pool's owner: frees them at exit */
     int initialized;
 };
 
@@ -369,9 +391,30 @@ void GOMP_taskgroup_reduction_register(uintptr_t *data);
 /* reduction.c: a work-sharing construct's task reductions, once this thread is in it */
 void ls_omp_ws_reductions(struct ls_omp_thread *t, uintptr_t *reductions);
 
-/* Queue a deferred task that may run now; run one queued child of this thread's task. */
+/* Queue a deferred task that may run now; run one queued descendant of this thread's
+ * task; free the thread's spare task blocks. */
 void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task);
 bool ls_omp_run_child(struct ls_omp_thread *t);
+bool ls_omp_tasks_queued(const struct ls_omp_thread *t, const struct ls_omp_team *team);
+void ls_omp_spares_free(struct ls_omp_thread *t);
+
+/* deque.c: push at the bottom (false: full); pop the bottom task if it was pushed at or
+ * after mark; take the top task of another member's deque if want accepts it (NULL:
+ * any); whether a deque holds a task */
+bool ls_omp_deque_push(struct ls_omp_deque *d, struct ls_omp_task *task, bool *was_empty);
+struct ls_omp_task *ls_omp_deque_pop(struct ls_omp_deque *d, uint32_t mark);
+struct ls_omp_task *ls_omp_deque_steal(struct ls_omp_deque *d,
+                                       bool (*want)(const struct ls_omp_task *, const void *),
+                                       const void *arg);
+static inline bool ls_omp_deque_busy(const struct ls_omp_deque *d)
+{
+    return (int32_t)(ls_load_seqcst(&d->bottom) - ls_load_seqcst(&d->top)) > 0;
+}
+static inline bool ls_omp_deque_full(const struct ls_omp_deque *d)
+{
+    return (int32_t)(ls_load_relaxed(&d->bottom) - ls_load_acquire(&d->top)) >=
+           (int32_t)LS_OMP_DEQUE_CAP - 1;
+}
 
 /* depend.c: a clause list's entries (counted when deps is NULL); link x after its
  * conflicting live siblings (listed: as a predecessor of later ones too), returning
@@ -420,8 +463,9 @@ bool ls_omp_place_set(int p, cpu_set_t *set);
 void ls_omp_locks_reset(void);
 
 /* cancel.c: a task of a cancelled region or taskgroup (not run, only completed); the
- * master's join of a cancelled region */
+ * same for a task of team in group; the master's join of a cancelled region */
 bool ls_omp_task_cancelled(const struct ls_omp_task *task);
+bool ls_omp_cancelled_in(const struct ls_omp_team *team, const struct ls_omp_taskgroup *group);
 void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team);
 void GOMP_loop_end_nowait(void);
 void GOMP_sections_end_nowait(void);
@@ -447,5 +491,24 @@ static inline bool ls_omp_may_spin(void)
                 sched_yield();                                                          \
         }                                                                               \
     } while (0)
+
+/* A spinlock for a few stores' worth of holding (a task list, a deque's top): a mutex's
+ * sleep and wake would cost microseconds. acquire/release: each holder sees the last
+ * one's changes. */
+static inline void ls_omp_spin_lock(uint32_t *lock)
+{
+    while (__atomic_exchange_n(lock, 1u, __ATOMIC_ACQUIRE) != 0)
+        LS_OMP_SPIN_UNTIL(ls_load_relaxed(lock) == 0);
+}
+
+static inline bool ls_omp_spin_trylock(uint32_t *lock)
+{
+    return __atomic_exchange_n(lock, 1u, __ATOMIC_ACQUIRE) == 0;
+}
+
+static inline void ls_omp_spin_unlock(uint32_t *lock)
+{
+    ls_store_release(lock, 0u);
+}
 
 #endif

@@ -1,18 +1,19 @@
 /* Explicit tasks: task, taskwait, taskgroup, taskyield, taskloop.
  *
- * A deferred task is copied to the heap and pushed on its team's queue (LIFO, under a
- * spinlock: a push or a pop holds it for a few stores, where a mutex's sleep and wake
- * cost microseconds); pending counts it until it finishes, and the team barrier does not release
- * an episode while pending > 0 (team.c), so every task created in a region has run
- * when the region, or a barrier in it, ends. Any thread of the team runs queued tasks
- * while it waits at a barrier or at the join; taskwait and taskgroup end run only the
- * tasks they wait for (the task scheduling constraint for tied tasks).
+ * A deferred task is copied to a block (kept per thread for reuse) and pushed on its
+ * creator's deque (deque.c): the creator runs its own newest first, the team's other
+ * members take the oldest when they wait. pending counts a task until it finishes, and
+ * the team barrier does not release an episode while pending > 0 (team.c), so every
+ * task created in a region has run when the region, or a barrier in it, ends. Any
+ * thread of the team runs queued tasks while it waits at a barrier or at the join;
+ * taskwait and taskgroup end run only descendants of the waiting task (the task
+ * scheduling constraint for tied tasks): from its own deque those pushed since the
+ * task began (t->c.mark), from others' those whose ancestors include it.
  *
  * A task runs at once instead (undeferred) when: its if clause is false; it is final
- * or inside a final task; the team has one thread; the queue already holds
- * LS_OMP_TASKS_PER_THREAD per thread; or it has depend clauses, in which case its
- * parent's earlier children finish first, so it runs after every sibling it could
- * depend on, in creation order.
+ * or inside a final task; the team has one thread; its creator's deque is full; or it
+ * has depend clauses, in which case its parent's earlier children finish first, so it
+ * runs after every sibling it could depend on, in creation order.
  *
  * Lifetime: a heap task holds one reference for its run and one per live child (a
  * child decrements its parent's counts when it finishes); the last reference frees
@@ -35,22 +36,45 @@
 #define F_DETACH (1u << 13)
 #define F_STRICT (1u << 14) /* grainsize(strict:) and num_tasks(strict:) */
 
-static void queue_lock(struct ls_omp_team *team)
+/* A task of size bytes; a block from the thread's spares when it fits one. */
+static struct ls_omp_task *task_alloc(struct ls_omp_thread *t, size_t size)
 {
-    /* acquire: the previous holder's changes to the queue */
-    while (__atomic_exchange_n(&team->task_lock, 1u, __ATOMIC_ACQUIRE) != 0)
-        LS_OMP_SPIN_UNTIL(ls_load_relaxed(&team->task_lock) == 0);
+    if (size > LS_OMP_TASK_BLOCK)
+        return malloc(size);
+    struct ls_omp_task *task = t->spare;
+    if (task) {
+        t->spare = task->next;
+        t->n_spare--;
+    } else {
+        task = malloc(LS_OMP_TASK_BLOCK);
+    }
+    return task;
 }
 
-static void queue_unlock(struct ls_omp_team *team)
-{
-    ls_store_release(&team->task_lock, 0u); /* publishes this holder's changes */
-}
-
+/* The last reference is gone: the block joins the releasing thread's spares (a thread
+ * that frees them when it ends), else goes back to malloc. */
 static void task_release(struct ls_omp_task *task)
 {
-    if (task->heap && ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) == 1u)
+    if (!task->heap || ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
+        return;
+    struct ls_omp_thread *t = ls_omp_thr();
+    if (task->block && t->keeps_spares && t->n_spare < LS_OMP_TASK_SPARES) {
+        task->next = t->spare;
+        t->spare = task;
+        t->n_spare++;
+    } else {
         free(task);
+    }
+}
+
+void ls_omp_spares_free(struct ls_omp_thread *t)
+{
+    while (t->spare) {
+        struct ls_omp_task *next = t->spare->next;
+        free(t->spare);
+        t->spare = next;
+    }
+    t->n_spare = 0;
 }
 
 /* A task is complete: its parent, its taskgroup and the team's barrier stop waiting
@@ -124,72 +148,101 @@ LS_OMP_EXPORT void omp_fulfill_event(uintptr_t event)
         complete_task(task);
 }
 
-/* Take the first queued task that `want` accepts (NULL accepts any). */
-static struct ls_omp_task *take(struct ls_omp_team *team,
-                                bool (*want)(const struct ls_omp_task *, const void *),
-                                const void *arg)
+/* Take the first task in the inbox that `want` accepts (NULL accepts any). */
+static struct ls_omp_task *inbox_take(struct ls_omp_team *team,
+                                      bool (*want)(const struct ls_omp_task *, const void *),
+                                      const void *arg)
 {
-    if (ls_load_acquire(&team->queued) == 0)
+    if (ls_load_acquire(&team->inboxed) == 0)
         return NULL;
-    queue_lock(team);
-    struct ls_omp_task **pp = &team->queue, *task;
+    ls_omp_spin_lock(&team->task_lock);
+    struct ls_omp_task **pp = &team->inbox, *task;
     while ((task = *pp) && want && !want(task, arg))
         pp = &task->next;
     if (task) {
         *pp = task->next;
-        ls_store_relaxed(&team->queued, team->queued - 1u);
+        ls_store_relaxed(&team->inboxed, team->inboxed - 1u);
     }
-    queue_unlock(team);
+    ls_omp_spin_unlock(&team->task_lock);
     return task;
+}
+
+/* A queued task for t: the newest of its own deque pushed at or after mark, else the
+ * oldest of another member's, else one from the inbox; from the others only one
+ * that want accepts. */
+static struct ls_omp_task *find(struct ls_omp_thread *t, uint32_t mark,
+                                bool (*want)(const struct ls_omp_task *, const void *),
+                                const void *arg)
+{
+    struct ls_omp_task *task = ls_omp_deque_pop(t->c.deque, mark);
+    if (task)
+        return task;
+    struct ls_omp_team *team = t->c.team;
+    for (int i = 1, n = t->c.n; i < n; i++) {
+        int v = t->c.tid + i < n ? t->c.tid + i : t->c.tid + i - n;
+        if ((task = ls_omp_deque_steal(&team->slots[v]->tasks, want, arg)))
+            return task;
+    }
+    return inbox_take(team, want, arg);
+}
+
+bool ls_omp_tasks_queued(const struct ls_omp_thread *t, const struct ls_omp_team *team)
+{
+    if (!t->c.deque || t->c.team != team)
+        return false;
+    for (int i = 0; i < t->c.n; i++)
+        if (ls_omp_deque_busy(&team->slots[i]->tasks))
+            return true;
+    return ls_load_seqcst(&team->inboxed) != 0;
 }
 
 bool ls_omp_run_one_task(struct ls_omp_thread *t)
 {
-    struct ls_omp_team *team = t->c.team;
-    if (!team || !team->pool) /* a serial team queues nothing */
+    if (!t->c.deque) /* a serial team queues nothing */
         return false;
-    struct ls_omp_task *task = take(team, NULL, NULL);
+    struct ls_omp_task *task = find(t, ls_load_relaxed(&t->c.deque->top), NULL, NULL);
     if (!task)
         return false;
     run_task(t, task);
     return true;
 }
 
-static bool is_child(const struct ls_omp_task *task, const void *parent)
+static bool descends(const struct ls_omp_task *task, const void *ancestor)
 {
-    return task->parent == parent;
+    for (const struct ls_omp_task *p = task->parent; p; p = p->parent)
+        if (p == ancestor)
+            return true;
+    return false;
 }
 
 bool ls_omp_run_child(struct ls_omp_thread *t)
 {
-    struct ls_omp_team *team = t->c.team;
-    struct ls_omp_task *task = team && team->pool ? take(team, is_child, t->c.task) : NULL;
+    struct ls_omp_task *task = t->c.deque ? find(t, t->c.mark, descends, t->c.task) : NULL;
     if (task)
         run_task(t, task);
     return task != NULL;
 }
 
-/* Until *count is 0, run queued tasks that `want` accepts; between tries, wait for the
- * count or for the queue to change (the rest run on other threads). */
-static void run_until_zero(struct ls_omp_thread *t, uint32_t *count,
-                           bool (*want)(const struct ls_omp_task *, const void *),
-                           const void *arg)
+/* Until *count is 0, run queued descendants of this thread's task; between tries,
+ * wait a little for the count (the rest run on other threads). */
+static void run_until_zero(struct ls_omp_thread *t, uint32_t *count)
 {
-    struct ls_omp_team *team = t->c.team;
     while (ls_load_acquire(count) != 0) {
-        uint32_t seen = team ? ls_load_acquire(&team->queued) : 0;
-        struct ls_omp_task *task = team ? take(team, want, arg) : NULL;
-        if (task)
-            run_task(t, task);
-        else
-            LS_OMP_SPIN_UNTIL(ls_load_acquire(count) == 0 ||
-                              (team && ls_load_acquire(&team->queued) != seen));
+        if (ls_omp_run_child(t))
+            continue;
+        bool spin = ls_omp_may_spin();
+        for (unsigned i = 0; i < LS_OMP_RESCAN_SPIN && ls_load_acquire(count) != 0; i++) {
+            if (spin)
+                ls_cpu_relax();
+            else
+                sched_yield();
+        }
     }
 }
 
 void ls_omp_taskwait(struct ls_omp_thread *t)
 {
-    run_until_zero(t, &t->c.task->children, is_child, t->c.task);
+    run_until_zero(t, &t->c.task->children);
 }
 
 /* The bytes a copy of a task's data needs in a buffer: its size plus room to align. */
@@ -223,12 +276,19 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
 
 void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task)
 {
-    queue_lock(team);
-    task->next = team->queue;
-    team->queue = task;
-    uint32_t was = ls_fetch_add(&team->queued, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
-    queue_unlock(team);
-    if (was == 0) /* waiters park only on an empty queue */
+    struct ls_omp_thread *t = ls_omp_thr();
+    bool was_empty;
+    if (t->c.team == team && t->c.deque && ls_omp_deque_push(t->c.deque, task, &was_empty)) {
+        if (was_empty) /* waiters park only when they see every deque empty */
+            ls_omp_ring(team);
+        return;
+    }
+    ls_omp_spin_lock(&team->task_lock);
+    task->next = team->inbox;
+    team->inbox = task;
+    uint32_t was = ls_fetch_add(&team->inboxed, 1u, __ATOMIC_SEQ_CST); /* for ls_omp_ring */
+    ls_omp_spin_unlock(&team->task_lock);
+    if (was == 0)
         ls_omp_ring(team);
 }
 
@@ -240,15 +300,17 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
 {
     struct ls_omp_thread *t = ls_omp_thr();
     struct ls_omp_team *team = t->c.team;
-    bool defer = deferrable && team && team->n > 1 &&
-                 (depend || ls_load_relaxed(&team->queued) <
-                                LS_OMP_TASKS_PER_THREAD * (unsigned)team->n);
+    bool defer = deferrable && team && team->n > 1 && t->c.deque &&
+                 (depend || !ls_omp_deque_full(t->c.deque));
     if (!defer && (!team || team->n == 1) && !detach) {
         /* a team of one: everything runs here and now, children included, so the
          * task can live on this stack; no other thread sees it from start to end, so
          * its parent and taskgroup need not count it (set field by field: a memset of
          * the struct compiles to a slow `rep stos`) */
         struct ls_omp_task *parent = t->c.task;
+        /* a task of a cancelled region or taskgroup is discarded, as if queued */
+        if (LS_UNLIKELY(ls_omp_g.cancellation) && ls_omp_cancelled_in(team, parent->inner))
+            return;
         struct ls_omp_task task = {.fn = fn, .data = data, .parent = parent,
                                    .group = parent->inner, .inner = parent->inner,
                                    .final = final, .is_explicit = true};
@@ -267,12 +329,14 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     bool own_icv = t->icv_dirty || !team; /* else its team's ICVs are its creator's */
     size_t icv_room = own_icv ? sizeof(struct ls_omp_icv) : 0;
     size_t head = sizeof(struct ls_omp_task) + icv_room + deps_room;
-    struct ls_omp_task *task = malloc(head + copy_room(arg_size, arg_align));
+    size_t size = head + copy_room(arg_size, arg_align);
+    struct ls_omp_task *task = task_alloc(t, size);
     if (!task) {
         ls_omp_warn("out of memory for a task");
         abort();
     }
     ls_omp_task_clear(task, NULL);
+    task->block = size <= LS_OMP_TASK_BLOCK;
     task->fn = fn;
     task->refs = 1;
     task->team = team;
@@ -337,9 +401,9 @@ LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void 
     bool graph = (flags & F_DEPEND) && depend && if_clause && !included && team &&
                  team->n > 1 && team->pool;
     if ((flags & F_DEPEND) && depend && !graph) {
-        /* run now, once its predecessors have completed */
+        /* a team of one or an included task: it runs now (a detached one may end
+         * later), once its predecessors have completed */
         ls_omp_wait_depend(t, depend);
-        if_clause = false;
     }
     create_task(fn, data, cpyfn, arg_size, arg_align, if_clause && !included,
                 included || (flags & F_FINAL), (flags & F_DETACH) ? (uintptr_t *)detach : NULL,
@@ -380,14 +444,6 @@ LS_OMP_EXPORT void GOMP_taskyield(void)
 
 /* ---- taskgroup -------------------------------------------------------------------------- */
 
-static bool in_group(const struct ls_omp_task *task, const void *group)
-{
-    for (const struct ls_omp_taskgroup *g = task->group; g; g = g->prev)
-        if (g == group)
-            return true;
-    return false;
-}
-
 LS_OMP_EXPORT void GOMP_taskgroup_start(void)
 {
     struct ls_omp_thread *t = ls_omp_thr();
@@ -407,7 +463,7 @@ LS_OMP_EXPORT void GOMP_taskgroup_end(void)
     struct ls_omp_taskgroup *g = t->c.task->inner;
     if (!g)
         return;
-    run_until_zero(t, &g->count, in_group, g);
+    run_until_zero(t, &g->count);
     t->c.task->inner = g->prev;
     free(g);
 }

@@ -55,6 +55,9 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
     ls_omp_task_clear(implicit, team->implicit_group);
     t->c.team = team;
     t->c.tid = tid;
+    t->c.n = team->n;
+    t->c.deque = team->pool ? &team->slots[tid]->tasks : NULL;
+    t->c.mark = t->c.deque ? t->c.deque->bottom : 0u;
     t->c.next_target = team->base + (uint64_t)team->n;
     t->c.ws_count = team->ws_base;
     t->c.ws = NULL;
@@ -103,11 +106,14 @@ static void *worker_main(void *arg)
     struct ls_omp_pool *pool = w->pool;
     struct ls_omp_thread *t = ls_omp_thr();
     t->place = w->place;
+    t->keeps_spares = true;
     for (;;) {
         w->idle_seen++;
         lockstep_wait_until(&pool->idle_wait, &w->idle, w->idle_seen, 0);
-        if (ls_load_acquire(&pool->exiting))
+        if (ls_load_acquire(&pool->exiting)) {
+            ls_omp_spares_free(t);
             return NULL;
+        }
         struct ls_omp_team *team = &pool->team;
         for (;;) {
             enter_team(t, team, w->tid, &t->implicit);
@@ -124,8 +130,11 @@ static void *worker_main(void *arg)
             else
                 ls_omp_wait(t, team, target, LS_WAIT_JOIN);
             t->c.team = NULL;
-            if (ls_load_acquire(&pool->exiting))
+            t->c.deque = NULL;
+            if (ls_load_acquire(&pool->exiting)) {
+                ls_omp_spares_free(t);
                 return NULL;
+            }
             if (w->tid >= team->n) {
                 if (ls_fetch_add(&team->leaving, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
                     ls_omp_ring(team);
@@ -146,10 +155,12 @@ static void pool_free(struct ls_omp_pool *pool)
         if (i >= pool->cur_n)
             lockstep_wait_publish(&pool->idle_wait, &w->idle, w->idle.value + 1u);
     }
-    for (int i = 1; i <= pool->n_workers; i++) {
+    /* every worker ended before any is freed: a waiting worker reads the others'
+     * deques */
+    for (int i = 1; i <= pool->n_workers; i++)
         pthread_join(pool->workers[i]->thread, NULL);
+    for (int i = 1; i <= pool->n_workers; i++)
         free(pool->workers[i]);
-    }
     free(pool->workers);
     free(team->slots);
     for (unsigned i = 0; i < LS_OMP_WS_RING; i++) {
@@ -163,6 +174,7 @@ static void pool_free(struct ls_omp_pool *pool)
 static void pools_free(void *arg)
 {
     struct ls_omp_pool *pool = arg;
+    ls_omp_spares_free(&ls_omp_self); /* the exiting thread's own */
     if (!pool || pool->fork_gen != ls_fork_gen())
         return;
     while (pool) {
@@ -211,6 +223,7 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
         tail = &(*tail)->next;
     *tail = pool;
     pthread_setspecific(pool_key, t->pool);
+    t->keeps_spares = true;
     return pool;
 }
 
@@ -462,6 +475,7 @@ void ls_omp_pause_pool(void)
     pthread_setspecific(pool_key, NULL);
     pools_free(t->pool);
     t->pool = NULL;
+    t->keeps_spares = false; /* no destructor left to free them at its exit */
 }
 
 /* ---- the GOMP entry points ------------------------------------------------------------ */

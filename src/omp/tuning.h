@@ -7,9 +7,18 @@
  * constructs ahead of the slowest before it waits for a descriptor to come free. */
 #define LS_OMP_WS_RING 8u
 
-/* A task is run at once, not queued, when the team already has this many queued per
- * thread: past that, queueing only costs memory, and every thread has work. */
-#define LS_OMP_TASKS_PER_THREAD 64u
+/* A task is run at once, not queued, when its creator's deque holds this many (less
+ * one): past that, queueing only costs memory, and every thread has work. A power of 2. */
+#define LS_OMP_DEQUE_CAP 256u
+
+/* A task and its data in this many bytes come from a block a thread keeps for reuse
+ * (up to LS_OMP_TASK_SPARES of them): most tasks capture a few pointers. */
+#define LS_OMP_TASK_BLOCK 256u
+#define LS_OMP_TASK_SPARES 256u
+
+/* Pause rounds a taskwait with nothing to run waits for its count before it looks for
+ * tasks again: a child running elsewhere may queue descendants it can take. */
+#define LS_OMP_RESCAN_SPIN 32u
 
 /* Pause rounds a short wait (an ordered turn, a child task running elsewhere, a
  * work-share slot) spins before it yields the CPU between checks. */

@@ -1,7 +1,39 @@
 /* tasks: a fan from single, recursive fib with taskwait, taskgroup, depend chains,
- * if(0) and final, taskloop with grainsize and num_tasks, taskyield. */
+ * if(0) and final, taskloop with grainsize and num_tasks, taskyield, and the tied-task
+ * scheduling constraint while every thread makes and steals tasks. */
 #include <omp.h>
 #include "check.h"
+
+/* The implicit task (by thread number) whose taskwait this thread is in, or -1: a
+ * thread in a taskwait may run only that task's descendants. (volatile: the compiler
+ * would drop the store before a taskwait, which it cannot see read it.) */
+static volatile int waiting_root = -1;
+#pragma omp threadprivate(waiting_root)
+static long misplaced, tree_tasks;
+
+/* A tree of tasks under thread root's implicit task; each task checks where it runs. */
+static void tree(int root, int depth)
+{
+    if (waiting_root != -1 && waiting_root != root) {
+#pragma omp atomic
+        misplaced++;
+    }
+#pragma omp atomic
+    tree_tasks++;
+    if (depth == 0) {
+        for (volatile int spin = 0; spin < 2000; spin++) /* long enough to be stolen from */
+            ;
+        return;
+    }
+    for (int k = 0; k < 3; k++) {
+#pragma omp task firstprivate(root, depth)
+        tree(root, depth - 1);
+    }
+    int outer = waiting_root;
+    waiting_root = root;
+#pragma omp taskwait
+    waiting_root = outer;
+}
 
 static long fib(int n)
 {
@@ -142,6 +174,52 @@ int main(void)
         }
     }
     CHECK(all == 100L * omp_get_max_threads());
+
+    /* every thread grows trees and waits for them while the others take parts of them */
+#pragma omp parallel
+    {
+        int me = omp_get_thread_num();
+        for (int k = 0; k < 3; k++) {
+#pragma omp task firstprivate(me)
+            tree(me, 4);
+        }
+        waiting_root = me;
+#pragma omp taskwait
+        waiting_root = -1;
+    }
+    CHECK(tree_tasks == 363L * omp_get_max_threads()); /* 3 + 9 + ... + 243 each */
+
+    /* The same constraint, arranged: thread 1 waits in a taskwait for its task A, which
+     * runs elsewhere for 20 ms, while thread 2's task B (another implicit task's child)
+     * is queued all that time. Thread 1 must not run B. */
+    static int a_started, a_done;
+#pragma omp parallel
+    {
+        int me = omp_get_thread_num();
+        if (omp_get_num_threads() >= 3 && me == 1) {
+#pragma omp task
+            {
+                __atomic_store_n(&a_started, 1, __ATOMIC_SEQ_CST);
+                double until = omp_get_wtime() + 0.02;
+                while (omp_get_wtime() < until)
+                    ;
+                __atomic_store_n(&a_done, 1, __ATOMIC_SEQ_CST);
+            }
+            while (!__atomic_load_n(&a_started, __ATOMIC_SEQ_CST)) /* A runs on another thread */
+                ;
+            waiting_root = 1;
+#pragma omp taskwait
+            waiting_root = -1;
+        } else if (omp_get_num_threads() >= 3 && me == 2) {
+            while (!__atomic_load_n(&a_started, __ATOMIC_SEQ_CST))
+                ;
+#pragma omp task
+            tree(2, 0);
+            while (!__atomic_load_n(&a_done, __ATOMIC_SEQ_CST)) /* B stays queued meanwhile */
+                ;
+        }
+    }
+    CHECK(misplaced == 0);
     printf("ok %ld\n", checksum);
     return 0;
 }

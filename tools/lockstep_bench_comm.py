@@ -106,6 +106,11 @@ def bench_comm(build, quick, routes):
               "(scripts/bench.sh installs torch==2.13.0 into build/venv)", file=sys.stderr)
         return samples
     launched("torch: lockstep against gloo", "bench_torch.py", ["quick"] if quick else [], 1800)
+    # the allreduce rows again as torch users launch ranks: torchrun, 2 ranks
+    log("torch: lockstep against gloo under torchrun at 2 ranks")
+    cmd = [py, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           os.path.join(ROOT, "bench", "comm", "bench_torch.py")] + (["quick"] if quick else [])
+    collect(samples, run_json(cmd + ["torchrun"], timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1")))
     return samples
 
 

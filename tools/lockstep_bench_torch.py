@@ -29,9 +29,9 @@ def _verdict(what, got, bad, fmt):
 
 def torch_targets(rows, size_name):
     lines = []
-    for ranks in (2, 4):
+    for ranks, launcher in ((2, ""), (4, ""), (2, "_torchrun")):
         for dtype in ("", "bf16_"):
-            w = f"allreduce_torch_{dtype}{ranks}r"
+            w = f"allreduce_torch_{dtype}{ranks}r{launcher}"
             med = _medians(rows, w)
             if not med:
                 continue

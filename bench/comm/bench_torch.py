@@ -1,6 +1,9 @@
 """lockstep from torch against what torch users run today, in the same processes,
 interleaved. Run by `lockstep bench comm` when torch is importable, as:
     python -m lockstep.launch -n N bench_torch.py [quick]
+and again as torch users launch ranks (the allreduce rows only; their workloads end in
+"_torchrun"):
+    torchrun --nproc_per_node 2 bench_torch.py [quick] torchrun
 Rank 0 prints rows {"workload": "allreduce_torch_<N>r" (f32) or "allreduce_torch_bf16_<N>r",
 "impl", "param": bytes, "unit": "us", "reps": [...]}: a sum, in place on a CPU tensor of
 param bytes, 4 B to 16 MiB (1 MiB with quick), by
@@ -117,7 +120,8 @@ def tp_mlp(comm, handle, batch, quick):
 
 
 def main():
-    quick = len(sys.argv) > 1 and sys.argv[1] == "quick"
+    quick = "quick" in sys.argv[1:]
+    suffix = "_torchrun" if "torchrun" in sys.argv[1:] else ""
     max_bytes = (1 << 20) if quick else (16 << 20)
     comm = lockstep.Comm.from_env(timeout=120, buffer_bytes=max_bytes)
     dc, level = init()
@@ -151,8 +155,8 @@ def main():
         "torch-floor": lambda t: dist.all_reduce(t, group=fake),
         "gloo": lambda t: dist.all_reduce(t),
     }
-    for dtype, workload, min_level in [(torch.float32, f"allreduce_torch_{comm.size}r", 1),
-                                       (torch.bfloat16, f"allreduce_torch_bf16_{comm.size}r", 2)]:
+    for dtype, workload, min_level in [(torch.float32, f"allreduce_torch_{comm.size}r{suffix}", 1),
+                                       (torch.bfloat16, f"allreduce_torch_bf16_{comm.size}r{suffix}", 2)]:
         names = [n for n in impls if not (n == "deepspeed-shm" and (dc is None or level < min_level))
                  and not (n == "torch-floor" and fake is None)]
         es = torch.tensor([], dtype=dtype).element_size()
@@ -175,7 +179,8 @@ def main():
                                       "param": t.nbytes, "unit": "us", "reps": r}), flush=True)
             del z, arg  # the views go before close()
             nbytes *= 4
-    tp_mlp(comm, handle, batch, quick)
+    if not suffix:
+        tp_mlp(comm, handle, batch, quick)
     lt.unregister(handle)
     dist.destroy_process_group()
     comm.close()

@@ -66,12 +66,14 @@ def bench_comm_against(build, quick, rev, rounds, ranks=None):
     if py:  # the routes from Python, under every launcher, before and after in turns
         try:
             theirs = lockstep_bench_routes.build_python(ROOT, os.path.dirname(other), py)
+            # this checkout's package, built now: an installed one may be older than the tree
+            mine = lockstep_bench_routes.build_python(ROOT, ROOT, py, os.path.join(ROOT, "build", "this-python-package"))
         except subprocess.CalledProcessError as e:
-            raise BenchError(f"cannot build {rev}'s Python package: {(e.stderr or b'').decode()[-2000:]}")
+            raise BenchError(f"cannot build a Python package: {(e.stderr or b'').decode()[-2000:]}")
         before, after = [], []
         for i in range(rounds):
             for label in ((sha, "this") if i % 2 == 0 else ("this", sha)):
-                got = lockstep_bench_routes.run(py, quick, run_json, theirs if label == sha else None, log)
+                got = lockstep_bench_routes.run(py, quick, run_json, theirs if label == sha else mine, log)
                 (before if label == sha else after).extend(got)
         lines, verdict = lockstep_bench_routes.against(before, after, size_name)
         print(f"\n## routes against {sha}: default rows, median us before and after, and the state")

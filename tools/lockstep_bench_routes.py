@@ -121,12 +121,18 @@ def targets(raw, size_name):
     return lines
 
 
-def build_python(root, tree, py):
-    """REV's package, built from its worktree into tree/python; returns that directory"""
-    out = os.path.join(tree, "python-package")
-    if not os.path.exists(os.path.join(out, "lockstep", "__init__.py")):
-        subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", out,
-                        tree], check=True, capture_output=True)
+def build_python(root, tree, py, out=None):
+    """The package built from the source tree `tree` into out (default tree/python-package,
+    kept: a revision's tree does not change); returns out. Given out, it is built anew:
+    this checkout may have changed since the last build."""
+    if out is None:
+        out = os.path.join(tree, "python-package")
+        if os.path.exists(os.path.join(out, "lockstep", "__init__.py")):
+            return out
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", out,
+                    tree], check=True, capture_output=True)
     return out
 
 

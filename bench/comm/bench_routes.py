@@ -25,6 +25,7 @@ Each sample is the mean of a batch of about 10 ms started together (a barrier), 
 by the slowest rank; the impls' batches alternate, so drift hits all alike."""
 import json
 import os
+import random
 import sys
 import time
 
@@ -128,8 +129,11 @@ def main():
             iters = {k: iters_for(batch(c, f, 3)[0]) for k, (c, f) in impls.items()}
             reps = {k: [] for k in impls}
             routes, trips = {}, []
-            for _ in range(REPS):
-                for k, (c, f) in impls.items():
+            for i in range(REPS):  # shuffled, the same on every rank: the batch after the
+                # buffer rows' ran up to 1.5x slower at 16 MiB, so no impl always follows it
+                order = list(impls.items())
+                random.Random(i).shuffle(order)
+                for k, (c, f) in order:
                     us, routes[k] = batch(c, f, iters[k])
                     reps[k].append(us)
                 trips.append(base.distance[1] if hasattr(base, "distance") else 0)

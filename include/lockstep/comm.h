@@ -40,11 +40,11 @@
  *                   scatter                                blocks             KiB | 16 KiB+;
  *                                                                             32 KiB+ oversub.
  *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
- *                                    pieces                bufs in buffers    each: 64-512 KiB
- *                                                                             | 16 KiB+
+ *                                    pieces                bufs in buffers;   each: 64-512 KiB
+ *                                                          PULL, the root's   | 16 KiB+
  *   allgather       PULL: block,     chunked               PUSH, every recv   PUSH blocks of
- *                   PUSH: total      through the chunk     in its buffer      128-384 KiB, PULL
- *                   <= small_bytes   slots                                    - | 16 KiB+; PUSH
+ *                   PUSH: total      through the chunk     in its buffer;     128-384 KiB, PULL
+ *                   <= small_bytes   slots                 PULL, every send   - | 16 KiB+; PUSH
  *                                                                             64 KiB+ oversub.
  *
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
@@ -127,7 +127,9 @@ typedef enum lockstep_order {
 /* Who copies in broadcast and allgather through the slots. PULL writes each block once,
  * on the receivers, in parallel; PUSH writes it twice (into the receiver's slot, then
  * out) and puts a broadcast's copies on the root. Choose PULL, unless the receivers'
- * buffers lie in their lockstep_comm_buffer: then PUSH runs zero-copy. */
+ * buffers lie in their lockstep_comm_buffer and the senders' do not: then PUSH runs
+ * zero-copy. Past small_bytes, PULL runs zero-copy where the senders' buffers lie there
+ * (allgather: every send; broadcast: the root's buf). */
 typedef enum lockstep_xfer {
     LOCKSTEP_XFER_PULL = 0, /* each receiver copies from the sender's slot */
     LOCKSTEP_XFER_PUSH = 1  /* the sender writes into each receiver's slot */

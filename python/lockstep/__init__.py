@@ -21,11 +21,12 @@ When other busy processes share this machine's CPUs (another job, or the ranks o
 another communicator), pass their total, these ranks included, as cpu_sharers=N: with
 more of them than CPUs, waits yield the CPU at once instead of spinning on it.
 
-Broadcast and allgather with xfer="push" go zero-copy too when the receivers' arrays
-are buffer views (a broadcast past 256 KiB, the small_bytes default, or from 576 KiB
-for all receivers together if the root's array is one too). Otherwise keep
-the default xfer="pull": pushing through shared memory copies every block twice, and a
-broadcast's copies all on the root (see lockstep/comm.h).
+Broadcast and allgather go zero-copy too past 256 KiB (the small_bytes default) when
+the senders' arrays are buffer views (the default xfer="pull": every rank's send, or
+the broadcast root's array), or with xfer="push" when the receivers' are (a push
+broadcast also from 576 KiB for all receivers together if the root's array is one
+too). Otherwise keep xfer="pull": pushing through shared memory copies every block
+twice, and a broadcast's copies all on the root (see lockstep/comm.h).
 
 Eager broadcasts: with broadcast_eager_bytes=N (at most 65536, the same on every rank)
 a broadcast of at most N bytes returns on the root as soon as its data is in shared

@@ -8,8 +8,11 @@
  *     back, and if some rank did not offer, copies late, with one step more;
  *   chunked: through chunk[j & 1], one step per chunk; a chunk slot is rewritten two
  *     chunks later, after every rank has passed the step that follows its reads;
- *   zero-copy PUSH, when every rank's recv lies in its lockstep_comm_buffer: each rank
- *     copies its block straight into every peer's recv, and one step ends the call;
+ *   zero-copy, past the small path: PUSH, when every rank's recv lies in its
+ *     lockstep_comm_buffer, each rank copies its block straight into every peer's
+ *     recv; PULL, when every rank's send does, each rank copies every peer's block
+ *     straight out of the peer's send (a kernel copy out of shared memory costs a page
+ *     lookup per 4 KiB, which private memory in huge pages spares); one step ends it;
  *   kernel copy (LS_KCOPY_ALLGATHER_PUSH, _PULL, small or not): PULL reads each
  *     peer's block from its send, PUSH writes mine into each peer's recv; one step
  *     ends the call. */
@@ -117,7 +120,7 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
         return 0;
     }
 
-    ls_post_recv(c, xfer, out, total);
+    ls_post_gather(c, xfer, in, bytes, out, total);
     /* every rank posts, so that every rank counts the same (bytes is the same on all) */
     int offer = ls_kcopy_offer(c, window, bytes);
     ls_kcopy_post(c, offer ? in : NULL, out);
@@ -129,8 +132,13 @@ static int allgather(lockstep_comm_t *c, const void *send, void *recv, size_t by
     if (zero_copy) {
         if (in != mine)
             ls_comm_copy(c, mine, in, bytes);
-        ls_push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
-        return ls_comm_step(c, deadline); /* every recv is complete */
+        if (xfer == LOCKSTEP_XFER_PUSH)
+            ls_push_zero_copy(c, in, bytes, (size_t)me * bytes, peers, np);
+        else
+            for (int i = 0; i < np; i++)
+                ls_comm_copy(c, out + (size_t)peers[i] * bytes, ls_buf(c, peers[i]) + ls_zc_announced(c, peers[i]).send,
+                             bytes);
+        return ls_comm_step(c, deadline); /* PUSH: every recv is complete; PULL: no one reads my send */
     }
     if (kcopy)
         return allgather_kernel_copy(c, in, out, bytes, xfer, peers, np);

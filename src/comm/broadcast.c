@@ -17,9 +17,9 @@
  *     copies straight into each receiver's buffer and one step tells that all copies
  *     are done; from relay_bytes (LS_RELAY_MIN) among 3+ ranks relayed along the root's order
  *     instead; with the root's buf in its buffer too, shared (split_broadcast);
- *   kernel copy between 2 ranks (LS_KCOPY_BROADCAST), small or not: each moves half.
- * PULL has no zero-copy form: receivers reading the root's buffer themselves were no
- * faster than the slots with fresh data each call. */
+ *   zero-copy PULL, past the small path, when the root's buf lies in its buffer: shared
+ *     (split_broadcast), the receivers reading the root's buffer;
+ *   kernel copy between 2 ranks (LS_KCOPY_BROADCAST), small or not: each moves half. */
 #include <errno.h>
 #include <string.h>
 
@@ -56,10 +56,10 @@ static int relay_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root
 }
 
 /* A broadcast in which the receivers read the root's buf and share the copying:
- *   shared (zero-copy PUSH, the root's buf in its buffer too, not relayed): the
- *     receivers read it in the root's buffer; 2 ranks: the root copies the first half
- *     into the receiver's buf and the receiver the second half; more: each receiver
- *     copies the whole of it and the root none;
+ *   shared (zero-copy, the root's buf in its buffer, not relayed): the receivers read
+ *     it in the root's buffer; 2 ranks whose receiver's buf lies in its buffer too: the
+ *     root copies the first half into it and the receiver the second half; else each
+ *     receiver copies the whole of it and the root none;
  *   kernel copy (2 ranks, both offered it): the same halves, the root's written into
  *     the receiver's private buf (process_vm_writev) and the receiver's read from the
  *     root's (process_vm_readv).
@@ -69,7 +69,11 @@ static int split_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root
                            int kcopy, uint64_t deadline)
 {
     uint32_t t = ++c->step;
-    size_t h = np == 1 ? (bytes / 2 + 63) / 64 * 64 : 0; /* the root's part; bytes > 256, so h < bytes */
+    /* the root's part: half between 2 ranks when it can write the receiver's buf; bytes
+     * > 256, so h < bytes */
+    int receiver = c->rank == root ? peers[0] : c->rank; /* with np == 1 */
+    int halves = np == 1 && (kcopy || ls_zc_announced(c, receiver).recv != LS_NO_OFFSET);
+    size_t h = halves ? (bytes / 2 + 63) / 64 * 64 : 0;
     int rc = 0;
     if (c->rank == root) {
         if (h && kcopy)
@@ -84,7 +88,7 @@ static int split_broadcast(lockstep_comm_t *c, char *buf, size_t bytes, int root
     if (kcopy)
         rc = ls_kcopy_read(c, root, buf + h, h, bytes - h);
     else
-        ls_comm_copy(c, buf + h, ls_buf(c, root) + ls_zc_announced(c, root).recv + h, bytes - h);
+        ls_comm_copy(c, buf + h, ls_buf(c, root) + ls_zc_announced(c, root).send + h, bytes - h);
     if (rc || (h && (rc = ls_comm_wait_word(c, root, &ls_ctl(c, root)->own.step, t, deadline)) != 0))
         return rc;
     ls_comm_publish_step(c, t);
@@ -128,16 +132,17 @@ static int small_route(lockstep_comm_t *c, char *buf, size_t bytes, int root, co
     return 0;
 }
 
-/* The zero-copy route (PUSH, every receiver's buf in its buffer), in one of three
- * forms: relayed along the root's chain (relay_bytes and up, 3 ranks or more), shared
- * when the root's buf lies in its buffer too (split_broadcast), else pushed: the root
- * copies into each receiver's buffer and one step says all copies are done. */
+/* The zero-copy route (PUSH: every receiver's buf in its buffer; PULL: the root's), in
+ * one of three forms: relayed along the root's chain (PUSH, relay_bytes and up, 3 ranks
+ * or more), shared when the root's buf lies in its buffer (split_broadcast), else
+ * pushed: the root copies into each receiver's buffer and one step says all copies
+ * are done. */
 static int zero_copy_route(lockstep_comm_t *c, char *buf, size_t bytes, int root, const int *peers, int np,
                            const unsigned char *chain, uint64_t deadline)
 {
     if (chain)
         return relay_broadcast(c, buf, bytes, root, chain, deadline);
-    if (ls_zc_announced(c, root).recv != LS_NO_OFFSET)
+    if (ls_zc_announced(c, root).send != LS_NO_OFFSET)
         return split_broadcast(c, buf, bytes, root, peers, np, 0, deadline);
     uint32_t t = ++c->step;
     int rc;
@@ -208,7 +213,7 @@ static void small_prepare(lockstep_comm_t *c, char *buf, size_t bytes, int root,
             copy_to_slots(c, buf, bytes, peers, np, b);
     }
     if (*posts) /* after the copy, as for allreduce */
-        ls_zc_post(c, LS_NO_OFFSET, where);
+        ls_zc_post(c, where, where);
     if (*kc_posts) {
         ls_kcopy_post(c, offer ? buf : NULL, buf);
         ls_kcopy_post_early(c, !*later);
@@ -258,7 +263,8 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     }
 
     static const struct ls_kcopy_window window = LS_KCOPY_BROADCAST;
-    ls_post_recv(c, xfer, buf, bytes);
+    uint64_t where = ls_buffer_offset(c, buf, bytes);
+    ls_zc_post(c, where, where); /* the root's buf is a send, the receivers' a recv */
     /* only 2 ranks offer a kernel copy; np is the same on every rank, so the others
      * need not count the offers after announcing */
     int offer = np == 1 && ls_kcopy_offer(c, window, bytes);
@@ -273,7 +279,9 @@ static int broadcast(lockstep_comm_t *c, void *buf, size_t bytes, int root, lock
     if ((rc = ls_gather_announce(c, LS_CALL_BROADCAST, xfer, root, bytes)) != 0)
         return rc;
     uint64_t deadline = ls_comm_deadline(c);
-    int zero_copy = ls_all_posted(c, xfer, root), kcopy = !zero_copy && np == 1 && ls_kcopy_count(c) == c->size;
+    int zero_copy = xfer == LOCKSTEP_XFER_PUSH ? ls_all_posted(c, xfer, root)
+                                               : ls_zc_announced(c, root).send != LS_NO_OFFSET;
+    int kcopy = !zero_copy && np == 1 && ls_kcopy_count(c) == c->size;
     c->route = zero_copy ? LOCKSTEP_ROUTE_ZERO_COPY : kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED;
     if (zero_copy)
         return zero_copy_route(c, buf, bytes, root, peers, np, relay ? chain : NULL, deadline);

@@ -10,8 +10,8 @@
  *   reduce-scatter  inline or small slots | chunked | zero-copy | kernel copy
  *   all-to-all      inline or small slots | chunked | zero-copy | kernel copy
  *   broadcast       inline or small slots | pipelined pieces | zero-copy (push,
- *                   relay, shared halves) | kernel copy (2 ranks, halves)
- *   allgather       inline or small slots | chunked | zero-copy push | kernel copy
+ *                   relay, shared halves, pull) | kernel copy (2 ranks, halves)
+ *   allgather       inline or small slots | chunked | zero-copy push or pull | kernel copy
  * Eager broadcasts (params.broadcast_eager_bytes) are the caller's choice, not a route. */
 #ifndef LOCKSTEP_COMM_TUNING_H
 #define LOCKSTEP_COMM_TUNING_H

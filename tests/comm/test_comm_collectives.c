@@ -139,9 +139,10 @@ TEST_UNTRACED static size_t first_wrong(const unsigned char *p, size_t n, int r,
 }
 
 /* Broadcast and allgather with buffers in the shared buffer and not, in every mix:
- * everything in the buffer; only the root's buf; only the receivers' (PUSH's
- * zero-copy broadcast, relayed from 1 MiB at 3 ranks or more); only sends, or only
- * recvs (PUSH's zero-copy allgather); odd ranks in private memory (the copying path).
+ * everything in the buffer; only the root's buf (PULL's zero-copy broadcast); only the
+ * receivers' (PUSH's, relayed from 1 MiB at 3 ranks or more); only sends (PULL's
+ * zero-copy allgather), or only recvs (PUSH's); odd ranks in private memory (the
+ * copying path).
  * Sizes either side of the small PUSH's zero-copy (576 KiB for all receivers: 4 ranks
  * from 192 KiB, 8 from 100003 B; there, only the root's buf in the buffer is the late
  * copy into the slots), of small_bytes (256 KiB) and of the relay's 1 MiB, at offsets
@@ -184,6 +185,9 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                             n, xfer, mode, (int)order, root, w);
                     return 1;
                 }
+                /* past small_bytes, PULL with the root's buf in its buffer reads it there */
+                if (size > 1 && xfer == LOCKSTEP_XFER_PULL && n > 262144 && mode <= 1)
+                    CHECK_EQ(lockstep_comm_route(c), LOCKSTEP_ROUTE_ZERO_COPY);
                 if (mode == 3) { /* the copying path between: it shares the step words */
                     for (int i = 0; i < 3001; i++)
                         v[i] = i + rank;
@@ -217,6 +221,9 @@ static int zero_copy_gather(lockstep_comm_t *c, int rank, int size, char *buf, s
                         return 1;
                     }
                 }
+                /* PULL blocks past small_bytes, every send in its buffer: read there */
+                if (size > 1 && xfer == LOCKSTEP_XFER_PULL && n > 262144 && mode <= 2)
+                    CHECK_EQ(lockstep_comm_route(c), LOCKSTEP_ROUTE_ZERO_COPY);
             }
     free(priv);
     return 0;

@@ -407,17 +407,19 @@ def zero_copy_body(rank, size, job):
             a[:] = np.arange(n, dtype=np.int32) * (rank + 1)
             c.allreduce(a)
             assert (a == np.arange(n, dtype=np.int32) * (size * (size + 1) // 2)).all()
-        # broadcast and allgather on buffer views (push: zero-copy past small_bytes)
+        # broadcast and allgather on buffer views (zero-copy past small_bytes)
         for xfer in ("pull", "push"):
             for n in (20000, 300000):
                 b = c.buffer(n, np.uint8, offset=64 * rank + 1)
                 b[:] = np.arange(n) % 251 if rank == size - 1 else 0
                 c.broadcast(b, root=size - 1, xfer=xfer)
                 assert (b == np.arange(n) % 251).all()
+                assert size == 1 or (c.route == "zero-copy") == (n > 262144)
                 send, recv = c.buffer(n, np.uint8), c.buffer(n * size, np.uint8, offset=n + rank)
                 send[:] = rank + 1
                 c.allgather(send, recv, xfer=xfer)
                 assert (recv.reshape(size, n) == np.arange(1, size + 1)[:, None]).all()
+                assert size == 1 or (c.route == "zero-copy") == (n > 262144 or xfer == "push" and n * size > 262144)
         kept = c.buffer((2, 3), np.float32)
         kept[:] = 5
     assert kept.sum() == 30  # the view outlives close(): the mapping goes with it

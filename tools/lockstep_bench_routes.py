@@ -21,10 +21,10 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "bench_routes.py")
 
 
-def launchers(py, n, quick):
+def launchers(py, n, quick, defaults_only=False):
     """[(name, argv, env)] for the launchers installed here: lockstep's, torchrun (with
     torch), mpirun (with OpenMPI)"""
-    tail = ["quick"] if quick else []
+    tail = (["quick"] if quick else []) + (["defaults"] if defaults_only else [])
     out = [("lockstep.launch", [py, "-m", "lockstep.launch", "-n", str(n), SCRIPT, "lockstep.launch"] + tail, {})]
     if subprocess.run([py, "-c", "import torch.distributed.run"], capture_output=True, cwd="/").returncode == 0:
         out.append(("torchrun", [py, "-m", "torch.distributed.run", "--nproc_per_node", str(n), SCRIPT,
@@ -42,16 +42,26 @@ def rank_counts(quick):
 
 def run(py, quick, run_json, pythonpath=None, log=None):
     """Every launcher at every rank count: the rows (each with its "route")"""
-    rows = []
+    return run_turns(py, quick, run_json, [pythonpath], 1, log)[0]
+
+
+def run_turns(py, quick, run_json, pythonpaths, rounds, log=None, defaults_only=False):
+    """Per launcher and rank count, the script under each of pythonpaths in turns (ABBA
+    over rounds), so that the builds compared meet the host in the same minute: its
+    state drifts over a run. One list of rows per pythonpath."""
+    out = [[] for _ in pythonpaths]
     for n in rank_counts(quick):
-        for name, argv, env in launchers(py, n, quick):
-            if log:
-                log(f"routes under {name} at {n} ranks" + (f" ({pythonpath})" if pythonpath else ""))
-            env = dict(os.environ, **env)
-            if pythonpath:
-                env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-            rows += run_json(argv, timeout=1800, env=env)
-    return rows
+        for name, argv, env in launchers(py, n, quick, defaults_only):
+            for i in range(rounds):
+                for j in (range(len(pythonpaths)) if i % 2 == 0 else reversed(range(len(pythonpaths)))):
+                    path = pythonpaths[j]
+                    if log:
+                        log(f"routes under {name} at {n} ranks" + (f" ({path})" if path else ""))
+                    e = dict(os.environ, **env)
+                    if path:
+                        e["PYTHONPATH"] = path + os.pathsep + e.get("PYTHONPATH", "")
+                    out[j] += run_json(argv, timeout=1800, env=e)
+    return out
 
 
 def state_of(rows, workload, param):
@@ -138,9 +148,12 @@ def build_python(root, tree, py, out=None):
 
 def against(before, after, size_name):
     """Lines comparing the default rows of two sets of runs, per state"""
-    def med(raw):
-        return {(r["workload"], r["impl"], r["param"]): statistics.median(r["reps"]) for r in raw
-                if r["workload"].startswith("routes_")}
+    def med(raw):  # the median of each launch's median: one launch's placement can be slow
+        runs = {}
+        for r in raw:
+            if r["workload"].startswith("routes_"):
+                runs.setdefault((r["workload"], r["impl"], r["param"]), []).append(statistics.median(r["reps"]))
+        return {k: statistics.median(v) for k, v in runs.items()}
     mb, ma = med(before), med(after)
     lines, worse = [], []
     for key, a in sorted(ma.items()):

@@ -3,9 +3,11 @@ with the ranks started the way users start them, the default route beside each
 explicit setting, every row with the host's state while it ran.
 
 Run by `lockstep bench comm`, once per launcher:
-    python -m lockstep.launch -n N bench_routes.py lockstep.launch [quick]
-    torchrun --nproc_per_node N bench_routes.py torchrun [quick]
-    mpirun -n N python bench_routes.py mpirun [quick]
+    python -m lockstep.launch -n N bench_routes.py lockstep.launch [quick] [defaults]
+    torchrun --nproc_per_node N bench_routes.py torchrun [quick] [defaults]
+    mpirun -n N python bench_routes.py mpirun [quick] [defaults]
+("defaults": the */default rows only, as `bench comm --against` compares them: the same
+rows under both builds, so that each batch runs among the same neighbours.)
 Rank 0 prints rows {"workload": "routes_<call>_<N>r_<launcher>", "impl", "param": bytes
 (a rank's message; allgather and all-to-all: one block), "unit": "us", "reps": [...],
 "route": the route the impl's calls took}. impl is <memory>/<setting>:
@@ -84,10 +86,11 @@ def shapes(call, nbytes, size):
 def main():
     launcher = sys.argv[1] if len(sys.argv) > 1 else "lockstep.launch"
     quick = "quick" in sys.argv[2:]
+    defaults_only = "defaults" in sys.argv[2:]
     base = lockstep.Comm.from_env(timeout=120, buffer_bytes=BUFFER_BYTES)  # the default, with the buffer
     comms = {"default": base}
     for name, kw in SETTINGS.items():
-        if name == "default":
+        if name == "default" or defaults_only:
             continue
         try:  # a build before the setting existed (bench --against) leaves its rows out
             comms[name] = lockstep.Comm(f"{base.job}-{name}", base.rank, base.size, timeout=120, **kw)

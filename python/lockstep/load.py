@@ -1,13 +1,14 @@
-"""lockstep.load: model files (GGUF, safetensors) into numpy arrays, through lockstep's
-hardened readers and pipelined loader."""
+"""lockstep.load: model files and checkpoints (GGUF, safetensors, sharded sets) into
+numpy arrays or torch tensors, through lockstep's hardened readers and pipelined loader."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Literal, Optional, Tuple, Union
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _lockstep
+from . import _lockstep, checkpoint
 
 # load's modes, for type checkers and at run time (test_typing.py checks them against
 # the extension's table)
@@ -15,41 +16,58 @@ Mode = Literal["auto", "alias", "copy", "buffered"]
 _MODES = {name: code for code, name in enumerate(_lockstep.LOAD_MODES)}  # auto, alias, copy, buffered
 
 # Type names both formats share, and safetensors' own; anything else (ggml's quantized
-# blocks, F8, sub-byte floats) comes back as its raw bytes (uint8). numpy has no
-# bfloat16: BF16 comes back as uint16 bit patterns (torch: .view(torch.bfloat16)).
+# blocks, sub-byte floats) comes back as its raw bytes (uint8). numpy has no bfloat16
+# or float8: BF16 and F8 come back as their bit patterns, uint16 and uint8 (torch:
+# framework="torch" gives them their torch dtypes).
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
     "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8,
     "BOOL": np.bool_, "C64": np.complex64,
 }
 
 
+Framework = Literal["numpy", "torch"]
+
+
 def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = None,
          mode: Mode = "auto", check: bool = False, readers: int = 0,
-         progress: Optional[Callable[[int, int], Optional[bool]]] = None
-         ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray[Any, Any]]]:
-    """Load a GGUF or safetensors file; returns (metadata, tensors).
+         progress: Optional[Callable[[int, int], Optional[bool]]] = None,
+         framework: Framework = "numpy") -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Load a checkpoint; returns (metadata, tensors).
 
-    metadata: dict of the file's key/values (safetensors: its __metadata__ strings).
-    tensors:  dict name -> numpy array with the file's shape (C order, outermost
-              dimension first). In "alias" mode the arrays are read-only views of a
-              mapping of the file (zero copy); otherwise they view one writable
-              region the loader filled. The arrays keep that memory alive.
-    names:    load only these tensors (KeyError for a name not in the file).
+    path:     a GGUF or safetensors file; a Hugging Face index (*.safetensors.index.json);
+              a part of a GGUF split set (NAME-00001-of-0000N.gguf: the whole set); or a
+              directory holding one of those, or safetensors shards. The set is checked
+              before anything is loaded (lockstep.checkpoint).
+    metadata: dict of the key/values (safetensors: the __metadata__ strings; a set: the
+              index's "metadata", then each file's, the first file's value of a key kept).
+    tensors:  dict name -> array with the file's shape (C order, outermost dimension
+              first). In "alias" mode the arrays are read-only views of a mapping of
+              the file (zero copy); otherwise they view one writable region per file
+              that the loader filled. The arrays keep that memory alive.
+    framework: "numpy" (BF16 as uint16 bit patterns, as numpy has no bfloat16) or
+              "torch": torch tensors on the same memory, no copy (BF16 and F16 as
+              torch.bfloat16 and torch.float16, F8 as torch's float8 types).
+    names:    load only these tensors (KeyError for a name not in the checkpoint).
     mode:     "auto" (direct reads when the file is cold, buffered when it is in the
               page cache), "alias", "copy" (direct I/O) or "buffered".
     check:    scan float values and quantized block scales for NaN/Inf while loading;
               a bad value raises BadFileError naming the tensor, .offset = its byte.
     readers:  reads in flight (0 = the measured default).
-    progress: callable(done_bytes, total_bytes), called after each chunk; return
-              True (or raise) to stop the load: LoadCancelled (or your exception).
+    progress: callable(done_bytes, total_bytes) over the whole set, called after each
+              chunk; return True (or raise) to stop the load: LoadCancelled (or your
+              exception).
 
-    Raises FileNotFoundError/OSError (cannot open or read), BadFileError (malformed
-    file: the message says what, .offset where), ValueError (bad arguments).
+    Raises FileNotFoundError/OSError (cannot open or read; a missing shard or part),
+    BadFileError (malformed file or set: the message says what and in which file,
+    .offset where), ValueError (bad arguments).
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
+    if framework not in ("numpy", "torch"):
+        raise ValueError(f"framework must be 'numpy' or 'torch', not {framework!r}")
     if names is not None:
         if isinstance(names, (str, bytes)):
             raise TypeError("names must be a list of tensor names, not one string")
@@ -58,9 +76,46 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         raise ValueError("readers must be an int in 0..64 (0 = default)")
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(done, total)")
-    loaded = _lockstep.load(os.fspath(path), names, _MODES[mode], bool(check), readers, progress)
+    to = _torch_maker() if framework == "torch" else None
+    path = os.fspath(path)
+    if os.path.isfile(path) and not checkpoint.is_set_name(path):
+        return _load_file(path, names, mode, check, readers, progress, to)
+    ck = checkpoint.resolve(path)
+    want = list(ck.where) if names is None else names
+    chosen: List[List[str]] = [[] for _ in ck.parts]
+    for n in want:
+        i = ck.where.get(n)
+        if i is None:
+            raise KeyError(f"no tensor named {n!r} in {path}")
+        chosen[i].append(n)
+    sizes = {t[0]: t[4] for p in ck.parts for t in p.tensors}
+    total, base = sum(sizes[n] for n in want), 0
+    meta_out: Dict[str, Any] = dict(ck.index_meta)
+    out: Dict[str, Any] = {}
+    for part, sel in zip(ck.parts, chosen):
+        if not sel:
+            continue
+        step = _shifted(progress, base, total) if progress is not None else None
+        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to)
+        for k, v in meta.items():
+            meta_out.setdefault(k, v)
+        out.update(tensors)
+        base += sum(sizes[n] for n in sel)
+    return meta_out, {n: out[n] for n in want}
+
+
+def _shifted(progress: Callable[[int, int], Optional[bool]], base: int,
+             total: int) -> Callable[[int, int], Optional[bool]]:
+    """A file's progress as the set's: its bytes after base, of the set's total"""
+    return lambda done, _file_total: progress(base + done, total)
+
+
+def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, readers: int,
+               progress: Optional[Callable[[int, int], Optional[bool]]],
+               to: Optional[Callable[[np.ndarray[Any, Any], str], Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress)
     region = memoryview(loaded)
-    tensors = {}
+    tensors: Dict[str, Any] = {}
     gguf = loaded.stats["format"] == "gguf"  # GGUF lists dimensions innermost first
     for name, type_name, dims, offset, size in loaded.tensors:
         shape = tuple(reversed(dims)) if gguf else tuple(dims)
@@ -70,6 +125,23 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         else:
             arr = np.frombuffer(region, dtype=dt, count=size // np.dtype(dt).itemsize,
                                 offset=offset).reshape(shape)
-        tensors[name] = arr
+        tensors[name] = to(arr, type_name) if to else arr
     return dict(loaded.meta), tensors
 
+
+def _torch_maker() -> Callable[[np.ndarray[Any, Any], str], Any]:
+    """numpy array (and the file's type name) -> a torch tensor on the same memory"""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("torch tensors need torch installed (pip install torch)") from None
+    views = {"BF16": torch.bfloat16, "F8_E4M3": getattr(torch, "float8_e4m3fn", None),
+             "F8_E5M2": getattr(torch, "float8_e5m2", None)}  # numpy holds their bit patterns
+
+    def to(arr: np.ndarray[Any, Any], type_name: str) -> Any:
+        with warnings.catch_warnings():  # alias mode's arrays are read-only, as documented
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(arr)
+        v = views.get(type_name)
+        return t.view(v) if v is not None else t
+    return to

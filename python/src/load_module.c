@@ -118,6 +118,32 @@ static PyObject *value(const lockstep_value_t *v)
     return NULL;
 }
 
+/* [(key, value)] of a parsed file */
+static PyObject *meta_list(const lockstep_model_t *md)
+{
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0, nm = lockstep_model_meta_count(md); list && i < nm; i++) {
+        const lockstep_meta_t *kv = lockstep_model_meta(md, i);
+        PyObject *v = value(&kv->value);
+        PyObject *item = v ? Py_BuildValue("(sN)", kv->key, v) : NULL;
+        if (!item || PyList_Append(list, item))
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    return list;
+}
+
+/* (name, type name, dims as the file orders them, absolute file offset, bytes) */
+static PyObject *tensor_item(const lockstep_tensor_info_t *t, unsigned long long offset)
+{
+    PyObject *dims = PyTuple_New(t->n_dims);
+    if (!dims)
+        return NULL;
+    for (uint32_t k = 0; k < t->n_dims; k++)
+        PyTuple_SET_ITEM(dims, k, PyLong_FromUnsignedLongLong(t->dims[k]));
+    return Py_BuildValue("(ssNKK)", t->name, t->type_name, dims, offset, (unsigned long long)t->size);
+}
+
 /* ---- load ---------------------------------------------------------------------------- */
 
 struct progress_ctx { PyObject *fn; int raised; };
@@ -245,32 +271,15 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     o->readonly = st.mode == LOCKSTEP_LOAD_ALIAS;
     lockstep_loaded_region(l, &o->base, &o->len);
     const lockstep_model_t *md = lockstep_loaded_model(l);
-    size_t nm = lockstep_model_meta_count(md), nt = lockstep_model_tensor_count(md);
-    if (!(o->meta = PyList_New(0)) || !(o->tensors = PyList_New(0)))
+    size_t nt = lockstep_model_tensor_count(md);
+    if (!(o->meta = meta_list(md)) || !(o->tensors = PyList_New(0)))
         goto fail;
-    for (size_t i = 0; i < nm; i++) {
-        const lockstep_meta_t *kv = lockstep_model_meta(md, i);
-        PyObject *v = value(&kv->value);
-        PyObject *item = v ? Py_BuildValue("(sN)", kv->key, v) : NULL;
-        if (!item || PyList_Append(o->meta, item)) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
     for (size_t i = 0; i < nt; i++) {
         const lockstep_tensor_info_t *t = lockstep_model_tensor(md, i);
         unsigned char *d = lockstep_loaded_data(l, i);
         if (!d)
             continue; /* not selected */
-        PyObject *dims = PyTuple_New(t->n_dims);
-        if (!dims)
-            goto fail;
-        for (uint32_t k = 0; k < t->n_dims; k++)
-            PyTuple_SET_ITEM(dims, k, PyLong_FromUnsignedLongLong(t->dims[k]));
-        PyObject *item = Py_BuildValue("(ssNKK)", t->name, t->type_name, dims,
-                                       (unsigned long long)(d - (unsigned char *)o->base),
-                                       (unsigned long long)t->size);
+        PyObject *item = tensor_item(t, (unsigned long long)(d - (unsigned char *)o->base));
         if (!item || PyList_Append(o->tensors, item)) {
             Py_XDECREF(item);
             goto fail;
@@ -292,8 +301,47 @@ fail:
     return NULL;
 }
 
+/* inspect(path) -> (format, [(key, value)], [(name, type, dims, file offset, bytes)]):
+ * the hardened parser's reading of a file's header, nothing loaded */
+static PyObject *mod_inspect(PyObject *m, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path))
+        return NULL;
+    lockstep_load_error_t err = {0};
+    lockstep_model_t *md;
+    int e;
+    Py_BEGIN_ALLOW_THREADS
+    md = lockstep_model_open(path, &err);
+    e = errno;
+    Py_END_ALLOW_THREADS
+    if (!md) {
+        if (e != EBADMSG && e != ENOMEM) { /* the open or mapping failed: errno says why */
+            errno = e;
+            return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+        }
+        return load_error(path, &err, e);
+    }
+    PyObject *meta = meta_list(md), *tensors = meta ? PyList_New(0) : NULL;
+    for (size_t i = 0, nt = lockstep_model_tensor_count(md); tensors && i < nt; i++) {
+        const lockstep_tensor_info_t *t = lockstep_model_tensor(md, i);
+        PyObject *item = tensor_item(t, (unsigned long long)t->offset);
+        if (!item || PyList_Append(tensors, item))
+            Py_CLEAR(tensors);
+        Py_XDECREF(item);
+    }
+    const char *format = lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors";
+    lockstep_model_free(md);
+    if (!tensors) {
+        Py_XDECREF(meta);
+        return NULL;
+    }
+    return Py_BuildValue("(sNN)", format, meta, tensors);
+}
+
 static PyMethodDef load_methods[] = {
     {"load", mod_load, METH_VARARGS, "load(path, names, mode, check, readers, progress) -> Loaded"},
+    {"inspect", mod_inspect, METH_VARARGS, "inspect(path) -> (format, metadata, tensors with file offsets)"},
     {NULL, NULL, 0, NULL}};
 
 int lockstep_py_add_load(PyObject *m)

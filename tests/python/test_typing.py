@@ -134,10 +134,10 @@ def test_the_extension_stub_lists_what_the_extension_has(tmp_path):
 
 def test_the_package_itself_passes_mypy_strict(tmp_path):
     # the package's modules as they are installed, against the extension's stub
-    mods = ["lockstep", "lockstep.load", "lockstep.launch", "lockstep.omp", "lockstep.cli"]
+    mods = ["lockstep", "lockstep.load", "lockstep.checkpoint", "lockstep.launch", "lockstep.omp", "lockstep.cli"]
     args = []
     if importlib.util.find_spec("torch") is not None:
-        mods += ["lockstep.torch_ops", "lockstep.distributed"]
+        mods += ["lockstep.torch_ops", "lockstep.distributed", "lockstep.safetensors"]
     else:  # torch is optional: the package imports it only for a tensor it is given
         (tmp_path / "mypy.ini").write_text("[mypy]\n[mypy-torch.*]\nignore_missing_imports = True\n")
         args = ["--config-file", str(tmp_path / "mypy.ini")]

@@ -21,18 +21,23 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 
-def main():
-    impl, path, state, drop = sys.argv[1:5]
-    if impl == "safetensors.numpy":
-        from safetensors.numpy import load_file
-    else:
-        import gguf
+def prepare(path, state, drop):
+    """cold: the file's pages dropped from the page cache; warm: all of them read in"""
     if state == "cold":
         subprocess.run([drop, "drop", path], check=True)
     else:
         with open(path, "rb") as f:
             while f.read(1 << 24):
                 pass
+
+
+def main():
+    impl, path, state, drop = sys.argv[1:5]
+    if impl == "safetensors.numpy":
+        from safetensors.numpy import load_file
+    else:
+        import gguf
+    prepare(path, state, drop)
     size = os.path.getsize(path)
     prime = np.ones(size + (64 << 20), dtype=np.uint8)  # as the C side: memory supplied first
     del prime

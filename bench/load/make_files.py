@@ -1,10 +1,12 @@
 """Write the load benchmark's model files with the formats' own Python writers:
 a safetensors file and a GGUF file of about SIZE_MIB each, shaped like an LLM's
 weights (F32 norms, F16 and BF16 matrices, a large embedding; the GGUF also Q8_0
-and Q4_K blocks). Values are finite, so `--check` passes. Kept between runs when the
-size matches.
+and Q4_K blocks), and the same weights as a sharded checkpoint (a directory of 4
+safetensors files and their index). Values are finite, so `--check` passes. Kept
+between runs when the size matches.
 
 usage: python make_files.py DIR [SIZE_MIB]"""
+import json
 import os
 import sys
 
@@ -69,6 +71,35 @@ def write_gguf(path, total):
     w.close()
 
 
+SHARDS = 4
+
+
+def write_shards(folder, total):
+    """The same weights in SHARDS safetensors files, tensors dealt in turn, and their
+    Hugging Face index; the index is written last, so its presence says all is there"""
+    from safetensors.numpy import save_file
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(1)
+    specs, weight_map = tensors(total, rng), {}
+    for s in range(SHARDS):
+        name = f"model-{s + 1:05d}-of-{SHARDS:05d}.safetensors"
+        data = {n: values(kind, shape, rng) for i, (n, kind, shape) in enumerate(specs) if i % SHARDS == s}
+        path = os.path.join(folder, name)
+        save_file(data, path + ".tmp", metadata={"format": "pt"})
+        synced(path)
+        weight_map.update({n: name for n in data})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+def synced(path):
+    """path + ".tmp" flushed to the disk (dirty pages cannot be dropped for the cold
+    runs), then renamed to path"""
+    with open(path + ".tmp", "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
 def main():
     out = sys.argv[1]
     mib = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
@@ -79,10 +110,12 @@ def main():
             print(path)
             continue
         writer(path + ".tmp", mib << 20)
-        with open(path + ".tmp", "rb+") as f:
-            os.fsync(f.fileno())  # dirty pages cannot be dropped for the cold runs
-        os.replace(path + ".tmp", path)
+        synced(path)
         print(path)
+    folder = os.path.join(out, f"model-{mib}m-shards")
+    if not os.path.exists(os.path.join(folder, "model.safetensors.index.json")):
+        write_shards(folder, mib << 20)
+    print(folder)
 
 
 if __name__ == "__main__":

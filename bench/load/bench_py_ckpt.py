@@ -1,0 +1,85 @@
+"""The load benchmark's sharded-checkpoint rows, one measurement per run:
+
+  python bench_py_ckpt.py IMPL DIR cold|warm DROP_EXE
+
+DIR holds safetensors shards and their index (make_files.py). IMPL:
+  lockstep-shards        lockstep.load(DIR, framework="torch"): writable torch tensors
+  lockstep-shards-alias  the same in alias mode: read-only views of the page cache
+  safetensors.torch      safetensors.torch.load_file on each shard in turn
+  direct-read            the ceiling: lockstep_bench_load's direct reads of every shard
+Every load is followed by a read of one byte of every 4 KiB page of every tensor:
+safetensors 0.8's load_file maps the file, so its pages arrive at their first use,
+and a load is counted until all its data is in memory. DROP_EXE is
+lockstep_bench_load (`drop` empties the page cache of a file). Prints the rows
+"shards STATE GB/s" and "shards STATE CPU-s/GB"."""
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from bench_py_load import prepare  # beside this file
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def shards(folder):
+    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".safetensors"))
+
+
+def touch(tensors, torch):
+    """one byte of every page of every tensor, so that mapped pages are read"""
+    s = 0
+    for t in tensors.values():
+        if t.numel():
+            s += int(t.reshape(-1).view(torch.uint8)[::4096].sum())
+    return s
+
+
+def direct_read(files, state, exe):
+    """(bytes, seconds, CPU seconds) of the ceiling over every shard"""
+    nbytes = secs = cpus = 0.0
+    for f in files:
+        out = subprocess.run([exe, "direct-read", f, state], capture_output=True, text=True, check=True).stdout
+        rows = {r["unit"]: r for r in map(json.loads, (x for x in out.splitlines() if x.startswith("{")))}
+        gb = rows["GB/s"]["param"] / 1e9
+        nbytes += rows["GB/s"]["param"]
+        secs += gb / rows["GB/s"]["reps"][0]
+        cpus += gb * rows["CPU-s/GB"]["reps"][0]
+    return nbytes, secs, cpus
+
+
+def main():
+    impl, folder, state, exe = sys.argv[1:5]
+    files = shards(folder)
+    if impl == "direct-read":
+        nbytes, secs, cpus = direct_read(files, state, exe)
+    else:
+        import torch
+        import lockstep
+        from safetensors.torch import load_file
+        for f in files:
+            prepare(f, state, exe)
+        t0, c0 = time.perf_counter(), cpu()
+        if impl == "safetensors.torch":
+            tensors = {}
+            for f in files:
+                tensors.update(load_file(f))
+        else:
+            _, tensors = lockstep.load(folder, framework="torch",
+                                       mode="alias" if impl == "lockstep-shards-alias" else "auto")
+        touch(tensors, torch)
+        secs, cpus = time.perf_counter() - t0, cpu() - c0
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    gb = nbytes / 1e9
+    for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)]:
+        print(json.dumps({"workload": f"shards {state} {unit}", "impl": impl, "param": int(nbytes),
+                          "unit": unit, "reps": [round(value, 4)]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -18,12 +18,10 @@
  * then read with seq_cst loads, so either the waiter sees the change or the waker sees
  * the waiter. */
 #define _GNU_SOURCE
-#include <linux/futex.h>
 #include <limits.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "../wait/futex.h"
 #include "omp_impl.h"
 
 void ls_omp_init_wait(struct ls_omp_team *team)
@@ -41,13 +39,13 @@ void ls_omp_ring(struct ls_omp_team *team)
 {
     if (ls_load_seqcst(&team->bell.sleepers) != 0) {
         ls_fetch_add(&team->bell.value, 1u, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &team->bell.value, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        ls_futex_wake(&team->bell.value, INT_MAX, 1);
     }
 }
 
 void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen)
 {
-    syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    ls_futex_wait(&team->bell.value, seen, NULL, 1);
 }
 
 /* seq_cst loads: after a parker's seq_cst registration they see any waker's write that
@@ -105,7 +103,7 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
             uint32_t seen = ls_load_acquire(&team->bell.value);
             ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
             if (!done(team, target, kind) && !ls_omp_tasks_queued(t, team))
-                syscall(SYS_futex, &team->bell.value, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+                ls_omp_sleep(team, seen);
             ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
             i = spins; /* woken: yield a round before parking again */
             continue;

@@ -7,25 +7,13 @@
  * takes it with a CAS 0 -> 1, spinning briefly; a contended locker marks it 2 and parks;
  * unlock swaps in 0 and wakes one waiter when the word was 2. */
 #define _GNU_SOURCE
-#include <linux/futex.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "../wait/futex.h"
 #include "omp_impl.h"
-
-static void futex_wait(uint32_t *w, uint32_t val)
-{
-    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(uint32_t *w, int n)
-{
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-}
 
 static bool mutex_try(uint32_t *w)
 {
@@ -44,14 +32,14 @@ static void mutex_lock(uint32_t *w)
     }
     /* acquire: the previous holder's writes before its unlock */
     while (__atomic_exchange_n(w, 2u, __ATOMIC_ACQUIRE) != 0)
-        futex_wait(w, 2u);
+        ls_futex_wait(w, 2u, NULL, 1);
 }
 
 static void mutex_unlock(uint32_t *w)
 {
     /* release: this holder's writes happen-before the next holder's */
     if (__atomic_exchange_n(w, 0u, __ATOMIC_RELEASE) == 2u)
-        futex_wake(w, 1);
+        ls_futex_wake(w, 1, 1);
 }
 
 /* ---- critical and atomic ------------------------------------------------------------- */

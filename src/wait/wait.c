@@ -29,7 +29,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sched.h>
 #include <stdio.h>
@@ -41,6 +40,7 @@
 
 #include "lockstep/wait.h"
 #include "../internal.h"
+#include "futex.h"
 
 uint64_t lockstep_now_ns(void)
 {
@@ -63,11 +63,6 @@ void ls_perturb(void)
         sched_yield();
 }
 #endif
-
-static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, word, op, val, ts, NULL, 0);
-}
 
 /* Register this process, once, for membarrier's command cmd (with its registration
  * command reg). *state caches the answer: 1 registered, -1 unavailable, 0 before the
@@ -249,7 +244,7 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
 static int park(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers, uint32_t target,
                 uint64_t deadline_ns)
 {
-    int op = FUTEX_WAIT | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
+    int process_private = !(w->flags & LOCKSTEP_WAIT_F_SHARED);
     for (;;) {
         struct timespec ts, *tsp = NULL;
         if (deadline_ns) {
@@ -269,7 +264,7 @@ static int park(const lockstep_wait_t *w, uint32_t *value, uint32_t *sleepers, u
                     0, 0);
         uint32_t seen = ls_load_seqcst(value);                  /* step 2 */
         if (!ls_reached(seen, target))
-            futex(value, op, seen, tsp);                        /* step 3 */
+            ls_futex_wait(value, seen, tsp, process_private);   /* step 3 */
         ls_fetch_add(sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
         if (ls_reached(ls_load_acquire(value), target))
             return 0;
@@ -318,8 +313,7 @@ void ls_wait_wake_split(const lockstep_wait_t *w, uint32_t *value, uint32_t *sle
         n = ls_load_seqcst(sleepers);
     }
     if (n != 0) {
-        int op = FUTEX_WAKE | ((w->flags & LOCKSTEP_WAIT_F_SHARED) ? 0 : FUTEX_PRIVATE_FLAG);
-        futex(value, op, INT_MAX, NULL);
+        ls_futex_wake(value, INT_MAX, !(w->flags & LOCKSTEP_WAIT_F_SHARED));
     }
 }
 

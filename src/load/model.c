@@ -231,7 +231,13 @@ lockstep_model_t *lockstep_model_open(const char *path, lockstep_load_error_t *e
         errno = e;
         return NULL;
     }
+    /* the parser reads the header alone: no read-around of the data behind it (a
+     * fault would pull megabytes of a cold file into the page cache) */
+    if (map)
+        madvise(map, len, MADV_RANDOM);
     lockstep_model_t *m = lockstep_model_parse(map, len, err);
+    if (map)
+        madvise(map, len, MADV_NORMAL);
     if (!m) {
         e = errno;
         if (map)

@@ -7,11 +7,16 @@ DIR holds safetensors shards and their index (make_files.py). IMPL:
   lockstep-shards-alias  the same in alias mode: read-only views of the page cache
   safetensors.torch      safetensors.torch.load_file on each shard in turn
   direct-read            the ceiling: lockstep_bench_load's direct reads of every shard
+  lockstep-tp2           two processes at once, each loading its rows of every tensor
+                         (lockstep.ShardPlan(rank, 2, {"*": 0})), started together; the
+                         time is the slower rank's, the bytes both ranks' reads from
+                         storage (/proc/self/io read_bytes: cold only)
 Every load is followed by a read of one byte of every 4 KiB page of every tensor:
 safetensors 0.8's load_file maps the file, so its pages arrive at their first use,
 and a load is counted until all its data is in memory. DROP_EXE is
 lockstep_bench_load (`drop` empties the page cache of a file). Prints the rows
-"shards STATE GB/s" and "shards STATE CPU-s/GB"."""
+"shards STATE GB/s" and "shards STATE CPU-s/GB" (GB: the checkpoint's bytes), and for
+lockstep-tp2 "shards STATE read/size" (bytes read from storage over the checkpoint's)."""
 import json
 import os
 import resource
@@ -53,10 +58,54 @@ def direct_read(files, state, exe):
     return nbytes, secs, cpus
 
 
+def read_bytes():
+    with open("/proc/self/io") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("read_bytes:"))
+
+
+def tp_rank(rank, world, folder):
+    """One rank of lockstep-tp2: ready, wait for the go, load its rows, report"""
+    import torch
+    import lockstep
+    plan = lockstep.ShardPlan(rank, world, {"*": 0})
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0, c0, r0 = time.perf_counter(), cpu(), read_bytes()
+    _, tensors = lockstep.load(folder, framework="torch", plan=plan)
+    touch(tensors, torch)
+    print(json.dumps([time.perf_counter() - t0, cpu() - c0, read_bytes() - r0]), flush=True)
+
+
+def tp2(folder, files, state, exe):
+    """(bytes of the checkpoint, slower rank's seconds, CPU seconds, bytes read)"""
+    for f in files:
+        prepare(f, state, exe)
+    ranks = [subprocess.Popen([sys.executable, __file__, "tp-rank", folder, str(r), "2"], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE) for r in range(2)]
+    for p in ranks:
+        assert p.stdout.readline().strip() == "ready"
+    for p in ranks:  # both go at once
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    got = [json.loads(p.communicate()[0]) for p in ranks]
+    if any(p.returncode for p in ranks):
+        raise SystemExit("a tp2 rank failed")
+    from lockstep import checkpoint
+    size = sum(t[4] for part in checkpoint.resolve(folder).parts for t in part.tensors)
+    return size, max(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got)
+
+
 def main():
+    if sys.argv[1] == "tp-rank":
+        return tp_rank(int(sys.argv[3]), int(sys.argv[4]), sys.argv[2])
     impl, folder, state, exe = sys.argv[1:5]
     files = shards(folder)
-    if impl == "direct-read":
+    extra = []
+    if impl == "lockstep-tp2":
+        nbytes, secs, cpus, nread = tp2(folder, files, state, exe)
+        if state == "cold":
+            extra = [("read/size", nread / nbytes)]
+    elif impl == "direct-read":
         nbytes, secs, cpus = direct_read(files, state, exe)
     else:
         import torch
@@ -76,7 +125,7 @@ def main():
         secs, cpus = time.perf_counter() - t0, cpu() - c0
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     gb = nbytes / 1e9
-    for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)]:
+    for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)] + extra:
         print(json.dumps({"workload": f"shards {state} {unit}", "impl": impl, "param": int(nbytes),
                           "unit": unit, "reps": [round(value, 4)]}))
 

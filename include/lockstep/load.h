@@ -108,6 +108,44 @@ const lockstep_tensor_info_t *lockstep_model_tensor(const lockstep_model_t *m, s
 const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t *m, const char *name);
 
 
+/* ---- tensor-parallel shard plans ----------------------------------------------------------
+ *
+ * A plan gives each of world ranks its part of every tensor: per tensor-name pattern, a
+ * dimension to split (counted outermost first, as torch's shape: 0 = rows, 1 = columns;
+ * GGUF's ne[] is innermost first, so dim 0 there is its last ne) or none (every rank
+ * holds the whole tensor). Along the split dimension of size S, rank r holds indices
+ * [start, start + count) by torch.chunk's rule: c = ceil(S / world), start = min(r c, S),
+ * count = min(c, S - start); ranks past the end hold an empty part. */
+
+typedef struct lockstep_shard_rule {
+    const char *pattern;   /* fnmatch(3) glob on the tensor name, no flags ("*.q_proj.weight") */
+    int dim;               /* the dimension to split, outermost first; -1: the whole tensor */
+} lockstep_shard_rule_t;
+
+typedef struct lockstep_shard {
+    int rank, world;       /* 0 <= rank < world */
+    const lockstep_shard_rule_t *rules;  /* the first pattern that matches decides; */
+    size_t n_rules;                      /* a tensor no pattern matches is whole */
+} lockstep_shard_t;
+
+typedef struct lockstep_shard_part {
+    int dim;               /* the split dimension, or -1 (the whole tensor) */
+    uint64_t start, count; /* this rank's indices along dim (count 0: it holds nothing) */
+    uint32_t n_dims;
+    uint64_t shape[LOCKSTEP_MAX_DIMS]; /* the part's shape, outermost first */
+    uint64_t size;         /* bytes */
+    uint64_t offset;       /* file offset of the part's first byte */
+    uint64_t runs, run, stride; /* where it lies: runs ranges of run bytes, stride apart
+                                   (runs 1 when the part is one range; 0 when empty) */
+} lockstep_shard_part_t;
+
+/* The part of tensor i of m that plan gives its rank (plan NULL: the whole tensor).
+ * 0, or -EINVAL (err, may be NULL, says why): a rank outside 0..world-1, a world below
+ * 1, a NULL pattern, a split dimension the tensor does not have, or a split of
+ * quantized blocks (or sub-byte elements) that does not fall on a block boundary. */
+int lockstep_shard_part(const lockstep_model_t *m, size_t i, const lockstep_shard_t *plan,
+                        lockstep_shard_part_t *out, lockstep_load_error_t *err);
+
 /* ---- the loader ------------------------------------------------------------------------
  *
  * lockstep_load opens a model file and moves every tensor (or those named) into a
@@ -171,6 +209,12 @@ typedef struct lockstep_load_params {
     void *progress_arg;
     int n_readers;                 /* reads in flight, 1..64 (0 = 2, measured) */
     size_t chunk_bytes;            /* bytes per read (0 = 4 MiB, measured) */
+    const lockstep_shard_t *shard; /* load only this rank's parts (NULL: whole tensors):
+                                      only their bytes are read, except the gaps between
+                                      a column split's ranges, read through where they
+                                      are small; parts split along other than the
+                                      outermost dimension are gathered, so ALIAS refuses
+                                      them */
 } lockstep_load_params_t;
 
 typedef struct lockstep_load_stats {
@@ -181,6 +225,8 @@ typedef struct lockstep_load_stats {
     int direct_fallback;           /* COPY: 1 if direct I/O was refused */
     uint64_t fallback_offset;      /* file offset where buffered reads took over */
     double resident;               /* fraction of the selection in the page cache before */
+    uint64_t bytes_read;           /* bytes asked of the file (alignment and read-through
+                                      gaps included; ALIAS: bytes mapped) */
 } lockstep_load_stats_t;
 
 typedef struct lockstep_loaded lockstep_loaded_t;
@@ -190,7 +236,8 @@ lockstep_load_params_t lockstep_load_params_default(void);
 
 /* Load path as params say (NULL params = defaults). NULL with errno on failure:
  * EINVAL (bad params: unknown mode or sink, ALIAS with the CUDA sink or with dest,
- * n_readers out of range, dest returned NULL), ENOENT (a name not in the file),
+ * n_readers out of range, dest returned NULL, a shard plan lockstep_shard_part
+ * refuses, ALIAS with a part split inside rows), ENOENT (a name not in the file),
  * EBADMSG (a malformed file, or check found a bad value: err says what and where),
  * ECANCELED (progress asked), ENODEV (CUDA sink without runtime or device), ENOMEM,
  * EIO and the other read(2) errors; err (may be NULL) gets the code and a message. */
@@ -210,6 +257,11 @@ void *lockstep_loaded_data(const lockstep_loaded_t *l, size_t i);
 int lockstep_loaded_region(const lockstep_loaded_t *l, void **base, size_t *len);
 
 int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out);
+
+/* The part of tensor i this load holds (the whole tensor, dim -1, without a shard
+ * plan); its bytes lie at lockstep_loaded_data(l, i), packed in C order. -EINVAL when
+ * i was not selected or is out of range. */
+int lockstep_loaded_part(const lockstep_loaded_t *l, size_t i, lockstep_shard_part_t *out);
 
 /* Free everything the load allocated (not caller destinations). NULL is a no-op. */
 void lockstep_loaded_free(lockstep_loaded_t *l);

@@ -88,10 +88,11 @@ from . import _lockstep
 from ._lockstep import (BadFileError, CommCancelledError, CommError, CommTimeoutError, LoadCancelled,
                         LoadError, MismatchError, PeerArgumentError, PeerDiedError)
 from .load import load
+from .shard import ShardPlan
 
 __all__ = ["Comm", "CommError", "PeerDiedError", "CommTimeoutError", "MismatchError", "CommCancelledError",
            "PeerArgumentError",
-           "load", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__",
+           "load", "ShardPlan", "LoadError", "BadFileError", "LoadCancelled", "reduce_isa", "__version__",
            "Op", "Order", "Xfer", "WaitPolicy"]
 __version__ = _lockstep.version
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Tuple
 import numpy as np
 
 from . import _lockstep, checkpoint
+from .shard import ShardPlan
 
 # load's modes, for type checkers and at run time (test_typing.py checks them against
 # the extension's table)
@@ -34,7 +35,8 @@ Framework = Literal["numpy", "torch"]
 def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = None,
          mode: Mode = "auto", check: bool = False, readers: int = 0,
          progress: Optional[Callable[[int, int], Optional[bool]]] = None,
-         framework: Framework = "numpy") -> Tuple[Dict[str, Any], Dict[str, Any]]:
+         framework: Framework = "numpy",
+         plan: Optional[ShardPlan] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """Load a checkpoint; returns (metadata, tensors).
 
     path:     a GGUF or safetensors file; a Hugging Face index (*.safetensors.index.json);
@@ -59,10 +61,14 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
     progress: callable(done_bytes, total_bytes) over the whole set, called after each
               chunk; return True (or raise) to stop the load: LoadCancelled (or your
               exception).
+    plan:     a lockstep.ShardPlan: each tensor comes back as this rank's part of it
+              (torch.chunk's rule), and only those bytes are read (a column split's
+              small gaps excepted); "alias" mode takes row splits only.
 
     Raises FileNotFoundError/OSError (cannot open or read; a missing shard or part),
     BadFileError (malformed file or set: the message says what and in which file,
-    .offset where), ValueError (bad arguments).
+    .offset where), ValueError (bad arguments; a plan that cannot split a tensor,
+    named in the message).
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
@@ -76,10 +82,12 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         raise ValueError("readers must be an int in 0..64 (0 = default)")
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(done, total)")
+    if plan is not None and not isinstance(plan, ShardPlan):
+        raise TypeError(f"plan must be a lockstep.ShardPlan, not {type(plan).__name__}")
     to = _torch_maker() if framework == "torch" else None
     path = os.fspath(path)
     if os.path.isfile(path) and not checkpoint.is_set_name(path):
-        return _load_file(path, names, mode, check, readers, progress, to)
+        return _load_file(path, names, mode, check, readers, progress, to, plan)
     ck = checkpoint.resolve(path)
     want = list(ck.where) if names is None else names
     chosen: List[List[str]] = [[] for _ in ck.parts]
@@ -88,7 +96,8 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         if i is None:
             raise KeyError(f"no tensor named {n!r} in {path}")
         chosen[i].append(n)
-    sizes = {t[0]: t[4] for p in ck.parts for t in p.tensors}
+    sizes = {t[0]: t[4] for p in ck.parts for t in p.tensors} if plan is None else \
+        {name: part.nbytes for name, part in plan.parts(path).items()}
     total, base = sum(sizes[n] for n in want), 0
     meta_out: Dict[str, Any] = dict(ck.index_meta)
     out: Dict[str, Any] = {}
@@ -96,7 +105,7 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         if not sel:
             continue
         step = _shifted(progress, base, total) if progress is not None else None
-        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to)
+        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan)
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)
@@ -112,8 +121,10 @@ def _shifted(progress: Callable[[int, int], Optional[bool]], base: int,
 
 def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, readers: int,
                progress: Optional[Callable[[int, int], Optional[bool]]],
-               to: Optional[Callable[[np.ndarray[Any, Any], str], Any]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress)
+               to: Optional[Callable[[np.ndarray[Any, Any], str], Any]],
+               plan: Optional[ShardPlan] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress,
+                            plan._c() if plan is not None else None)
     region = memoryview(loaded)
     tensors: Dict[str, Any] = {}
     gguf = loaded.stats["format"] == "gguf"  # GGUF lists dimensions innermost first

@@ -144,6 +144,41 @@ static PyObject *tensor_item(const lockstep_tensor_info_t *t, unsigned long long
     return Py_BuildValue("(ssNKK)", t->name, t->type_name, dims, offset, (unsigned long long)t->size);
 }
 
+/* (name, type, dims as the file orders them, offset, bytes) of the part a load holds */
+static PyObject *part_item(const lockstep_model_t *md, const lockstep_tensor_info_t *t,
+                           const lockstep_shard_part_t *pt, unsigned long long offset)
+{
+    lockstep_tensor_info_t v = *t;
+    for (uint32_t d = 0; d < v.n_dims; d++)
+        v.dims[d] = pt->shape[lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? v.n_dims - 1 - d : d];
+    v.size = pt->size;
+    return tensor_item(&v, offset);
+}
+
+/* A shard plan from Python: None, or (rank, world, [(pattern, dim)]); the rules point
+ * into *keep's strings, which the caller releases after the load. */
+static int shard_arg(PyObject *o, lockstep_shard_t *plan, lockstep_shard_rule_t **rules, PyObject **keep)
+{
+    PyObject *list;
+    *rules = NULL;
+    *keep = NULL;
+    if (!PyArg_ParseTuple(o, "iiO", &plan->rank, &plan->world, &list))
+        return -1;
+    if (!(*keep = PySequence_Fast(list, "shard rules must be a list of (pattern, dim)")))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(*keep);
+    if (!(*rules = PyMem_Calloc((size_t)n + 1, sizeof **rules))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(*keep, i), "si", &(*rules)[i].pattern, &(*rules)[i].dim))
+            return -1;
+    plan->rules = *rules;
+    plan->n_rules = (size_t)n;
+    return 0;
+}
+
 /* ---- load ---------------------------------------------------------------------------- */
 
 struct progress_ctx { PyObject *fn; int raised; };
@@ -201,15 +236,24 @@ static PyObject *load_error(const char *path, const lockstep_load_error_t *err, 
     return NULL;
 }
 
-/* load(path, names: list[str] | None, mode: int, check: bool, readers: int, progress) */
+/* load(path, names: list[str] | None, mode: int, check: bool, readers: int, progress,
+ *      shard: (rank, world, [(pattern, dim)]) | None) */
 static PyObject *mod_load(PyObject *m, PyObject *args)
 {
     const char *path;
-    PyObject *names = Py_None, *progress_fn = Py_None;
+    PyObject *names = Py_None, *progress_fn = Py_None, *shard = Py_None, *keep = NULL;
     int mode = 0, check = 0, readers = 0;
-    if (!PyArg_ParseTuple(args, "sOipiO", &path, &names, &mode, &check, &readers, &progress_fn))
+    if (!PyArg_ParseTuple(args, "sOipiO|O", &path, &names, &mode, &check, &readers, &progress_fn, &shard))
         return NULL;
+    lockstep_shard_t plan;
+    lockstep_shard_rule_t *rules = NULL;
+    if (shard != Py_None && shard_arg(shard, &plan, &rules, &keep)) {
+        PyMem_Free(rules);
+        Py_XDECREF(keep);
+        return NULL;
+    }
     lockstep_load_params_t p = lockstep_load_params_default();
+    p.shard = shard != Py_None ? &plan : NULL;
     p.mode = (lockstep_load_mode_t)mode;
     p.check = check;
     p.n_readers = readers;
@@ -218,21 +262,19 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     if (names != Py_None) {
         seq = PySequence_Fast(names, "names must be a list of tensor names");
         if (!seq)
-            return NULL;
+            goto fail_args;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         cnames = PyMem_Calloc((size_t)n + 1, sizeof *cnames);
         if (!cnames) {
-            Py_DECREF(seq);
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            goto fail_args;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
             if (!PyUnicode_Check(s) || !(cnames[i] = PyUnicode_AsUTF8(s))) {
                 if (!PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "names must be strings");
-                PyMem_Free(cnames);
-                Py_DECREF(seq);
-                return NULL;
+                goto fail_args;
             }
         }
         p.names = cnames;
@@ -252,6 +294,8 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     Py_END_ALLOW_THREADS
     PyMem_Free(cnames);
     Py_XDECREF(seq);
+    PyMem_Free(rules);
+    Py_XDECREF(keep);
     if (!l) {
         if (pc.raised)
             return NULL; /* the progress callback's own exception */
@@ -279,7 +323,9 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
         unsigned char *d = lockstep_loaded_data(l, i);
         if (!d)
             continue; /* not selected */
-        PyObject *item = tensor_item(t, (unsigned long long)(d - (unsigned char *)o->base));
+        lockstep_shard_part_t pt;
+        lockstep_loaded_part(l, i, &pt);
+        PyObject *item = part_item(md, t, &pt, (unsigned long long)(d - (unsigned char *)o->base));
         if (!item || PyList_Append(o->tensors, item)) {
             Py_XDECREF(item);
             goto fail;
@@ -287,8 +333,9 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
         Py_DECREF(item);
     }
     static const char *modes[] = {"auto", "alias", "copy", "buffered"};
-    o->stats = Py_BuildValue("{s:s,s:K,s:d,s:d,s:s,s:O,s:K,s:d}", "format",
+    o->stats = Py_BuildValue("{s:s,s:K,s:K,s:d,s:d,s:s,s:O,s:K,s:d}", "format",
                              lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors", "bytes", (unsigned long long)st.bytes,
+                             "bytes_read", (unsigned long long)st.bytes_read,
                              "seconds", st.seconds, "cpu_seconds", st.cpu_seconds,
                              "mode", modes[st.mode], "direct_fallback", st.direct_fallback ? Py_True : Py_False,
                              "fallback_offset", (unsigned long long)st.fallback_offset,
@@ -299,6 +346,31 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
 fail:
     Py_DECREF(o);
     return NULL;
+fail_args:
+    PyMem_Free(cnames);
+    Py_XDECREF(seq);
+    PyMem_Free(rules);
+    Py_XDECREF(keep);
+    return NULL;
+}
+
+/* The parsed header of path, or NULL with the Python error set */
+static lockstep_model_t *open_model(const char *path)
+{
+    lockstep_load_error_t err = {0};
+    lockstep_model_t *md;
+    int e;
+    Py_BEGIN_ALLOW_THREADS
+    md = lockstep_model_open(path, &err);
+    e = errno;
+    Py_END_ALLOW_THREADS
+    if (!md && e != EBADMSG && e != ENOMEM) { /* the open or mapping failed: errno says why */
+        errno = e;
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+    } else if (!md) {
+        load_error(path, &err, e);
+    }
+    return md;
 }
 
 /* inspect(path) -> (format, [(key, value)], [(name, type, dims, file offset, bytes)]):
@@ -308,20 +380,9 @@ static PyObject *mod_inspect(PyObject *m, PyObject *args)
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path))
         return NULL;
-    lockstep_load_error_t err = {0};
-    lockstep_model_t *md;
-    int e;
-    Py_BEGIN_ALLOW_THREADS
-    md = lockstep_model_open(path, &err);
-    e = errno;
-    Py_END_ALLOW_THREADS
-    if (!md) {
-        if (e != EBADMSG && e != ENOMEM) { /* the open or mapping failed: errno says why */
-            errno = e;
-            return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-        }
-        return load_error(path, &err, e);
-    }
+    lockstep_model_t *md = open_model(path);
+    if (!md)
+        return NULL;
     PyObject *meta = meta_list(md), *tensors = meta ? PyList_New(0) : NULL;
     for (size_t i = 0, nt = lockstep_model_tensor_count(md); tensors && i < nt; i++) {
         const lockstep_tensor_info_t *t = lockstep_model_tensor(md, i);
@@ -339,8 +400,48 @@ static PyObject *mod_inspect(PyObject *m, PyObject *args)
     return Py_BuildValue("(sNN)", format, meta, tensors);
 }
 
+/* shard_plan(path, (rank, world, [(pattern, dim)])) -> [(name, dim, start, count, shape
+ * outermost first, bytes)]: the part of every tensor the plan gives the rank */
+static PyObject *mod_shard_plan(PyObject *m, PyObject *args)
+{
+    const char *path;
+    PyObject *shard, *keep = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "sO", &path, &shard))
+        return NULL;
+    lockstep_shard_t plan;
+    lockstep_shard_rule_t *rules = NULL;
+    lockstep_load_error_t err = {0};
+    lockstep_model_t *md = NULL;
+    if (shard_arg(shard, &plan, &rules, &keep) || !(md = open_model(path)))
+        goto out;
+    out = PyList_New(0);
+    for (size_t i = 0, nt = lockstep_model_tensor_count(md); out && i < nt; i++) {
+        lockstep_shard_part_t pt;
+        if (lockstep_shard_part(md, i, &plan, &pt, &err) != 0) {
+            PyErr_SetString(PyExc_ValueError, err.message);
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *shape = PyTuple_New(pt.n_dims);
+        for (uint32_t d = 0; shape && d < pt.n_dims; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromUnsignedLongLong(pt.shape[d]));
+        PyObject *item = shape ? Py_BuildValue("(siKKNK)", lockstep_model_tensor(md, i)->name, pt.dim,
+                                               (unsigned long long)pt.start, (unsigned long long)pt.count, shape,
+                                               (unsigned long long)pt.size) : NULL;
+        if (!item || PyList_Append(out, item))
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+out:
+    lockstep_model_free(md);
+    PyMem_Free(rules);
+    Py_XDECREF(keep);
+    return out;
+}
+
 static PyMethodDef load_methods[] = {
     {"load", mod_load, METH_VARARGS, "load(path, names, mode, check, readers, progress) -> Loaded"},
+    {"shard_plan", mod_shard_plan, METH_VARARGS, "shard_plan(path, (rank, world, rules)) -> parts"},
     {"inspect", mod_inspect, METH_VARARGS, "inspect(path) -> (format, metadata, tensors with file offsets)"},
     {NULL, NULL, 0, NULL}};
 

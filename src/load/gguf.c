@@ -41,6 +41,16 @@ static int ggml_type(uint32_t code)
     return -1;
 }
 
+int ls_gguf_unit(uint32_t code, uint64_t *elems, uint64_t *bytes)
+{
+    int i = ggml_type(code);
+    if (i < 0)
+        return -1;
+    *elems = ggml_types[i].block;
+    *bytes = ggml_types[i].bytes;
+    return 0;
+}
+
 /* ---- GGUF encodings ------------------------------------------------------------- */
 
 static int u32(struct rd *r, uint32_t *v, const char *what)

@@ -51,6 +51,11 @@ int ls_check_overlap(struct rd *r, const uint64_t *info_at);
 unsigned ls_check_unit(const char *type_name);
 int ls_check_bytes(const char *type_name, const unsigned char *p, uint64_t n, uint64_t *where);
 
+/* The smallest whole unit of a tensor type: elements and bytes (1 and 4 for F32, a
+ * block for ggml's quantized types, 2 elements in a byte for F4); -1 if unknown. */
+int ls_gguf_unit(uint32_t code, uint64_t *elems, uint64_t *bytes);
+int ls_st_unit(uint32_t type, uint64_t *elems, uint64_t *bytes);
+
 int ls_parse_gguf(struct rd *r);
 int ls_parse_safetensors(struct rd *r);
 

@@ -68,14 +68,15 @@ static int cmp_sel(const void *a, const void *b, void *ctx)
     return ls_cmp_offsets(a, b, ctx);
 }
 
-/* Fraction of the selection's pages that are in the page cache. */
-static double resident(const lockstep_model_t *m, const size_t *sel, size_t n_sel)
+/* Fraction of the selection's pages (t: the tensors as selected) in the page cache. */
+static double resident(const lockstep_model_t *m, const lockstep_tensor_info_t *tensors, const size_t *sel,
+                       size_t n_sel)
 {
     long page = sysconf(_SC_PAGESIZE);
     unsigned char vec[4096];
     uint64_t in = 0, all = 0;
     for (size_t k = 0; k < n_sel; k++) {
-        const lockstep_tensor_info_t *t = &m->tensors[sel[k]];
+        const lockstep_tensor_info_t *t = &tensors[sel[k]];
         if (!t->size)
             continue;
         uint64_t a = align_down(t->offset, (uint64_t)page), b = align_up(t->offset + t->size, (uint64_t)page);
@@ -136,6 +137,8 @@ void lockstep_loaded_free(lockstep_loaded_t *l)
         munmap(l->region_map, l->region_map_len);
     ls_cuda_free(l->device);
     free(l->data);
+    free(l->parts);
+    free(l->views);
     lockstep_model_free(l->model);
     free(l);
 }
@@ -223,8 +226,11 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     const lockstep_load_params_t *p = params ? params : &defaults;
     if (!path || (unsigned)p->mode > LOCKSTEP_LOAD_BUFFERED || (unsigned)p->sink > LOCKSTEP_SINK_CUDA ||
         p->n_readers < 0 || p->n_readers > MAX_READERS || (p->n_names && !p->names) ||
-        (p->mode == LOCKSTEP_LOAD_ALIAS && (p->sink != LOCKSTEP_SINK_HOST || p->dest))) {
+        (p->mode == LOCKSTEP_LOAD_ALIAS && (p->sink != LOCKSTEP_SINK_HOST || p->dest)) ||
+        (p->shard && (p->shard->world < 1 || p->shard->rank < 0 || p->shard->rank >= p->shard->world))) {
         set_err(err, -EINVAL, "%s", !path ? "no path given"
+                : p->shard && (p->shard->world < 1 || p->shard->rank < 0 || p->shard->rank >= p->shard->world)
+                ? "shard plan: need world >= 1 and 0 <= rank < world"
                 : p->mode == LOCKSTEP_LOAD_ALIAS ? "alias mode maps the file: host sink, no dest"
                 : "bad load params (mode, sink, n_readers 0..64, names)");
         errno = EINVAL;
@@ -251,9 +257,12 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     pthread_mutex_init(&j.mu, NULL);
 
     /* 1. the selection */
-    l->data = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *l->data);
-    j.sel = calloc(m->n_tensors ? m->n_tensors : 1, sizeof *j.sel);
-    if (!l->data || !j.sel) {
+    size_t nt1 = m->n_tensors ? m->n_tensors : 1;
+    l->data = calloc(nt1, sizeof *l->data);
+    l->parts = calloc(nt1, sizeof *l->parts);
+    l->views = calloc(nt1, sizeof *l->views);
+    j.sel = calloc(nt1, sizeof *j.sel);
+    if (!l->data || !l->parts || !l->views || !j.sel) {
         set_err(err, -ENOMEM, "out of memory");
         goto out;
     }
@@ -275,17 +284,37 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         for (size_t i = 0; i < m->n_tensors; i++)
             j.sel[j.n_sel++] = i;
     }
-    qsort_r(j.sel, j.n_sel, sizeof *j.sel, cmp_sel, m->tensors);
+    int gathered = 0; /* some part is more than one range of the file */
+    for (size_t k = 0; k < j.n_sel; k++) {
+        size_t i = j.sel[k];
+        lockstep_shard_part_t *pt = &l->parts[i];
+        if (lockstep_shard_part(m, i, p->shard, pt, err) != 0)
+            goto out;
+        lockstep_tensor_info_t *v = &l->views[i];
+        *v = m->tensors[i];
+        for (uint32_t d = 0; d < v->n_dims; d++) /* the part's shape, in the file's order */
+            v->dims[d] = pt->shape[m->format == LOCKSTEP_FORMAT_GGUF ? v->n_dims - 1 - d : d];
+        v->offset = pt->offset;
+        v->size = pt->size;
+        gathered |= pt->runs > 1;
+    }
+    j.t = l->views;
+    qsort_r(j.sel, j.n_sel, sizeof *j.sel, cmp_sel, l->views);
     for (size_t k = 0; k < j.n_sel; k++)
-        j.total += m->tensors[j.sel[k]].size;
+        j.total += l->views[j.sel[k]].size;
     l->stats.bytes = j.total;
-    l->stats.resident = resident(m, j.sel, j.n_sel);
+    l->stats.resident = resident(m, l->views, j.sel, j.n_sel);
 
     /* 2. the mode */
     lockstep_load_mode_t mode = p->mode;
     if (mode == LOCKSTEP_LOAD_AUTO)
         mode = l->stats.resident >= WARM_FRACTION ? LOCKSTEP_LOAD_BUFFERED : LOCKSTEP_LOAD_COPY;
     l->stats.mode = mode;
+    if (mode == LOCKSTEP_LOAD_ALIAS && gathered) {
+        set_err(err, -EINVAL, "alias mode maps the file: a shard plan may split only the outermost "
+                "dimension (rows) there, whose parts are one range of the file");
+        goto out;
+    }
     if (mode == LOCKSTEP_LOAD_ALIAS) {
         /* the region is the model's mapping; populating it is the load */
         l->region = m->map;
@@ -293,7 +322,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         j.alias = j.in_place = 1;
         j.align = (uint64_t)sysconf(_SC_PAGESIZE);
         for (size_t k = 0; k < j.n_sel; k++)
-            l->data[j.sel[k]] = (unsigned char *)m->map + m->tensors[j.sel[k]].offset;
+            l->data[j.sel[k]] = (unsigned char *)m->map + l->views[j.sel[k]].offset;
         run_job(&j);
         goto out;
     }
@@ -319,19 +348,19 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
             j.fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
         if (j.fd_direct < 0) { /* refused at open: buffered from the first byte */
             atomic_store(&j.direct_refused, 1);
-            atomic_store(&j.fallback_at, j.n_sel ? m->tensors[j.sel[0]].offset : 0);
+            atomic_store(&j.fallback_at, j.n_sel ? l->views[j.sel[0]].offset : 0);
         }
         const char *hook = getenv("LOCKSTEP_LOAD_REFUSE_DIRECT_AT");
         j.refuse_direct_at = hook && *hook ? strtoull(hook, NULL, 0) : UINT64_MAX;
     }
     if (!j.align)
         j.align = 4096;
-    j.in_place = !j.cuda && !p->dest;
+    j.in_place = !j.cuda && !p->dest && !gathered;
     if (j.in_place && j.n_sel) {
-        const lockstep_tensor_info_t *first = &m->tensors[j.sel[0]];
+        const lockstep_tensor_info_t *first = &l->views[j.sel[0]];
         uint64_t end = 0;
         for (size_t k = 0; k < j.n_sel; k++) {
-            uint64_t e = m->tensors[j.sel[k]].offset + m->tensors[j.sel[k]].size;
+            uint64_t e = l->views[j.sel[k]].offset + l->views[j.sel[k]].size;
             end = e > end ? e : end;
         }
         j.base_off = align_down(first->offset, j.align);
@@ -342,11 +371,26 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
             goto out;
         }
         for (size_t k = 0; k < j.n_sel; k++)
-            l->data[j.sel[k]] = l->region + (m->tensors[j.sel[k]].offset - j.base_off);
+            l->data[j.sel[k]] = l->region + (l->views[j.sel[k]].offset - j.base_off);
+    } else if (!j.cuda && !p->dest && j.n_sel) { /* gathered parts: packed, 64-byte aligned */
+        uint64_t size = 0;
+        for (size_t k = 0; k < j.n_sel; k++)
+            size = align_up(size, 64) + l->views[j.sel[k]].size;
+        l->region_len = size;
+        if (!(l->region = map_huge(size ? size : 1, &l->region_map, &l->region_map_len))) {
+            set_err(err, -ENOMEM, "cannot allocate %llu bytes for the tensors", (unsigned long long)size);
+            goto out;
+        }
+        size = 0;
+        for (size_t k = 0; k < j.n_sel; k++) {
+            size = align_up(size, 64);
+            l->data[j.sel[k]] = l->region + size;
+            size += l->views[j.sel[k]].size;
+        }
     } else if (j.cuda && !p->dest) {
         uint64_t size = 0;
         for (size_t k = 0; k < j.n_sel; k++)
-            size = align_up(size, 256) + m->tensors[j.sel[k]].size;
+            size = align_up(size, 256) + l->views[j.sel[k]].size;
         if (ls_cuda_malloc(&l->device, size) != 0) {
             set_err(err, -ENOMEM, "CUDA: cannot allocate %llu bytes on device %d",
                     (unsigned long long)size, p->device);
@@ -356,11 +400,11 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         for (size_t k = 0; k < j.n_sel; k++) {
             size = align_up(size, 256);
             l->data[j.sel[k]] = (unsigned char *)l->device + size;
-            size += m->tensors[j.sel[k]].size;
+            size += l->views[j.sel[k]].size;
         }
     } else if (p->dest) {
         for (size_t k = 0; k < j.n_sel; k++) {
-            const lockstep_tensor_info_t *t = &m->tensors[j.sel[k]];
+            const lockstep_tensor_info_t *t = &l->views[j.sel[k]];
             if (!(l->data[j.sel[k]] = p->dest(p->dest_arg, t))) {
                 set_err(err, -EINVAL, "dest returned NULL for tensor \"%s\"", t->name);
                 goto out;
@@ -383,6 +427,7 @@ out:
     pthread_mutex_destroy(&j.mu);
     if (err->code)
         return give_up(l, err);
+    l->stats.bytes_read = atomic_load(&j.bytes_read);
     l->stats.direct_fallback = atomic_load(&j.direct_refused);
     l->stats.fallback_offset = l->stats.direct_fallback ? atomic_load(&j.fallback_at) : 0;
     l->stats.seconds = ls_load_now() - t0;
@@ -420,6 +465,14 @@ int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out
     if (!l || !out)
         return -EINVAL;
     *out = l->stats;
+    return 0;
+}
+
+int lockstep_loaded_part(const lockstep_loaded_t *l, size_t i, lockstep_shard_part_t *out)
+{
+    if (!l || !out || i >= l->model->n_tensors || !l->data[i])
+        return -EINVAL;
+    *out = l->parts[i];
     return 0;
 }
 

@@ -51,12 +51,14 @@ int ls_load_fail(struct job *j, int code, uint64_t offset, const char *fmt, ...)
     return code;
 }
 
-static int bad_value(struct job *j, const lockstep_tensor_info_t *t, uint64_t rel)
+/* tensor idx holds a bad value at file offset at */
+static int bad_value(struct job *j, size_t idx, uint64_t at)
 {
-    return ls_load_fail(j, -LOCKSTEP_EBADFILE, t->offset + rel,
+    const lockstep_tensor_info_t *t = &j->l->model->tensors[idx];
+    return ls_load_fail(j, -LOCKSTEP_EBADFILE, at,
                 "tensor \"%s\" (%s) holds a NaN or Inf %s at byte %llu of the tensor", t->name,
                 t->type_name, ls_check_unit(t->type_name) > 8 ? "block scale" : "value",
-                (unsigned long long)rel);
+                (unsigned long long)(at - t->offset));
 }
 
 /* ---- reading ----------------------------------------------------------------------- */
@@ -95,6 +97,8 @@ static int read_range(struct job *j, unsigned char *buf, uint64_t off, uint64_t 
                         (unsigned long long)(end - off - got), (unsigned long long)(off + got),
                         strerror(e));
         }
+        if (r > 0)
+            atomic_fetch_add_explicit(&j->bytes_read, (uint64_t)r, memory_order_relaxed);
         if (r == 0)
             return ls_load_fail(j, -EIO, off + got, "the file ended at %llu, before the tensor data "
                         "(was it truncated while loading?)", (unsigned long long)(off + got));
@@ -147,7 +151,7 @@ static uint64_t credit(struct job *j, uint64_t s, uint64_t e)
         if (j->p->check && atomic_fetch_sub(&j->remaining[k], b - a) == b - a) {
             uint64_t where;
             if (ls_check_bytes(t->type_name, j->l->data[j->sel[k]], t->size, &where))
-                bad_value(j, t, where);
+                bad_value(j, j->sel[k], t->offset + where);
         }
     }
     return bytes;
@@ -187,6 +191,7 @@ static void run_in_place(struct job *j, int ith)
                     sum ^= v[k];
                 (void)sum;
             }
+            atomic_fetch_add_explicit(&j->bytes_read, end - ch->start, memory_order_relaxed);
         } else if (read_range(j, at, ch->start, ch->end - ch->start)) {
             return;
         }
@@ -214,12 +219,12 @@ static void run_staged(struct job *j, int ith)
             for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
                 const struct piece *pc = &j->pieces[k];
                 const lockstep_tensor_info_t *t = &j->t[pc->tensor];
-                unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->rel;
+                unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->dst;
                 uint64_t where;
-                if (read_range(j, dst, t->offset + pc->rel, pc->len))
+                if (read_range(j, dst, pc->src, pc->len))
                     goto out;
                 if (j->p->check && ls_check_bytes(t->type_name, dst, pc->len, &where)) {
-                    bad_value(j, t, pc->rel + where);
+                    bad_value(j, pc->tensor, pc->src + where);
                     goto out;
                 }
                 bytes += pc->len;
@@ -238,17 +243,17 @@ static void run_staged(struct job *j, int ith)
         for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
             const struct piece *pc = &j->pieces[k];
             const lockstep_tensor_info_t *t = &j->t[pc->tensor];
-            const unsigned char *src = buf + (t->offset + pc->rel - rs);
-            unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->rel;
+            const unsigned char *src = buf + (pc->src - rs);
+            unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->dst;
             uint64_t where;
             if (j->p->check && ls_check_bytes(t->type_name, src, pc->len, &where)) {
-                bad_value(j, t, pc->rel + where);
+                bad_value(j, pc->tensor, pc->src + where);
                 goto out;
             }
             if (!j->cuda)
                 memcpy(dst, src, pc->len);
             else if (pc->len && ls_cuda_lane_copy(&lane, dst, src, pc->len)) {
-                ls_load_fail(j, -EIO, t->offset + pc->rel, "CUDA: cannot queue a copy of tensor \"%s\"", t->name);
+                ls_load_fail(j, -EIO, pc->src, "CUDA: cannot queue a copy of tensor \"%s\"", t->name);
                 goto out;
             }
             bytes += pc->len;
@@ -279,15 +284,17 @@ void ls_load_worker(void *arg, int ith, int nth)
 
 /* ---- planning ------------------------------------------------------------------------ */
 
-/* In place: aligned chunks over the extents of the selection (a gap longer than a
- * chunk starts a new extent; chunk >= 2 * align, so aligned extents never overlap). */
+/* In place: aligned chunks over the extents of the selection (a gap of more than
+ * STAGED_GAP or two alignment units starts a new extent, so aligned extents never
+ * overlap, and a shard plan's rows read little past their own bytes). */
 int ls_load_plan_in_place(struct job *j, uint64_t chunk)
 {
+    uint64_t gap = STAGED_GAP > 2 * j->align ? STAGED_GAP : 2 * j->align;
     for (int pass = 0; pass < 2; pass++) {
         size_t n = 0;
         for (size_t k = 0; k < j->n_sel;) {
             uint64_t s = j->t[j->sel[k]].offset, e = s + j->t[j->sel[k]].size;
-            for (k++; k < j->n_sel && j->t[j->sel[k]].offset - e <= chunk; k++) {
+            for (k++; k < j->n_sel && j->t[j->sel[k]].offset - e <= gap; k++) {
                 uint64_t e2 = j->t[j->sel[k]].offset + j->t[j->sel[k]].size;
                 e = e2 > e ? e2 : e;
             }
@@ -308,40 +315,44 @@ int ls_load_plan_in_place(struct job *j, uint64_t chunk)
     return 0;
 }
 
-/* Staged: whole tensors packed into chunks, big tensors cut into pieces whose length
- * is a multiple of their element/block size. */
+/* Staged: each part's ranges (one, or a column split's runs), whole ones packed into
+ * chunks with small gaps read through, long ones cut into pieces whose length is a
+ * multiple of their element/block size. */
 int ls_load_plan_staged(struct job *j, uint64_t chunk)
 {
-    /* A tensor yields at most size / step + 1 pieces, step >= chunk / 2 (a block is
-     * at most 292 bytes, a chunk at least 2 x 512); every chunk holds at least one
-     * piece, so one bound serves both arrays. */
+    /* A range yields at most len / step + 1 pieces, step >= chunk / 2 (a block is at
+     * most 292 bytes, a chunk at least 2 x 512); every chunk holds at least one piece,
+     * so one bound serves both arrays. */
     size_t max = 1;
-    for (size_t k = 0; k < j->n_sel; k++)
-        max += j->t[j->sel[k]].size / (chunk / 2) + 1;
+    for (size_t k = 0; k < j->n_sel; k++) {
+        const lockstep_shard_part_t *pt = &j->l->parts[j->sel[k]];
+        max += pt->runs * (pt->run / (chunk / 2) + 1);
+    }
     j->chunks = calloc(max, sizeof *j->chunks);
     j->pieces = calloc(max, sizeof *j->pieces);
     if (!j->chunks || !j->pieces)
         return -ENOMEM;
     struct chunk *cur = NULL;
     for (size_t k = 0; k < j->n_sel; k++) {
-        const lockstep_tensor_info_t *t = &j->t[j->sel[k]];
-        if (t->size == 0)
-            continue;
-        if (cur && t->offset - cur->end <= STAGED_GAP && t->offset + t->size - cur->start <= chunk) {
-            j->pieces[j->n_pieces++] = (struct piece){(uint32_t)j->sel[k], 0, t->size};
-            cur->n++;
-            cur->end = t->offset + t->size;
-            continue;
-        }
-        uint64_t unit = ls_check_unit(t->type_name);
-        uint64_t step = t->size <= chunk ? t->size : chunk / unit * unit;
-        for (uint64_t rel = 0; rel < t->size; rel += step) {
-            uint64_t len = t->size - rel < step ? t->size - rel : step;
-            cur = &j->chunks[j->n_chunks++];
-            *cur = (struct chunk){t->offset + rel, t->offset + rel + len, (uint32_t)j->n_pieces, 1};
-            j->pieces[j->n_pieces++] = (struct piece){(uint32_t)j->sel[k], rel, len};
+        uint32_t idx = (uint32_t)j->sel[k];
+        const lockstep_shard_part_t *pt = &j->l->parts[idx];
+        uint64_t unit = ls_check_unit(j->t[idx].type_name);
+        for (uint64_t r = 0; r < pt->runs; r++) {
+            uint64_t src = pt->offset + r * pt->stride, dst = r * pt->run, len = pt->run;
+            if (cur && src - cur->end <= STAGED_GAP && src + len - cur->start <= chunk) {
+                j->pieces[j->n_pieces++] = (struct piece){idx, src, dst, len};
+                cur->n++;
+                cur->end = src + len;
+                continue;
+            }
+            uint64_t step = len <= chunk ? len : chunk / unit * unit;
+            for (uint64_t rel = 0; rel < len; rel += step) {
+                uint64_t n = len - rel < step ? len - rel : step;
+                cur = &j->chunks[j->n_chunks++];
+                *cur = (struct chunk){src + rel, src + rel + n, (uint32_t)j->n_pieces, 1};
+                j->pieces[j->n_pieces++] = (struct piece){idx, src + rel, dst + rel, n};
+            }
         }
     }
     return 0;
 }
-

@@ -26,6 +26,8 @@
 struct lockstep_loaded {
     lockstep_model_t *model;
     void **data;                 /* per tensor of the model */
+    lockstep_shard_part_t *parts;  /* per tensor: the part selected (whole without a plan) */
+    lockstep_tensor_info_t *views; /* per tensor: the model's entry, narrowed to the part */
     unsigned char *region;       /* host region: allocated, or the model's mapping */
     size_t region_len;
     void *region_map;            /* what to munmap (region rounded to a huge page) */
@@ -35,12 +37,13 @@ struct lockstep_loaded {
 };
 
 struct chunk { uint64_t start, end; uint32_t first, n; }; /* file range; its pieces */
-struct piece { uint32_t tensor; uint64_t rel, len; };     /* staged: part of a tensor */
+struct piece { uint32_t tensor; uint64_t src, dst, len; }; /* staged: file offset, offset
+                                                             in the destination, bytes */
 
 struct job {
     lockstep_loaded_t *l;
     const lockstep_load_params_t *p;
-    const lockstep_tensor_info_t *t;   /* the model's tensor table */
+    const lockstep_tensor_info_t *t;   /* the tensors as selected (l->views) */
     size_t *sel, n_sel;                /* selected tensor indices, by file offset */
     int fd_direct, fd_buf;             /* fd_direct < 0: no direct reads */
     uint64_t align, file_size, base_off, refuse_direct_at;
@@ -55,6 +58,7 @@ struct job {
     atomic_size_t next;                /* next chunk to claim */
     atomic_int failed;                 /* first error, or 0 */
     atomic_int direct_refused;
+    _Atomic uint64_t bytes_read;
     _Atomic uint64_t fallback_at;
     pthread_mutex_t mu;                /* progress calls, one at a time */
     uint64_t done, total;

@@ -39,6 +39,18 @@ static int st_dtype(const char *s)
     return -1;
 }
 
+int ls_st_unit(uint32_t type, uint64_t *elems, uint64_t *bytes)
+{
+    if (type >= sizeof st_dtypes / sizeof st_dtypes[0])
+        return -1;
+    unsigned bits = st_dtypes[type].bits, e = 1;
+    while (e * bits % 8)
+        e++; /* the fewest elements that fill whole bytes: F4 2, F6 4 */
+    *elems = e;
+    *bytes = e * bits / 8;
+    return 0;
+}
+
 /* ---- the JSON subset ------------------------------------------------------------------ */
 
 static int peek(struct rd *r, uint64_t end)

@@ -31,6 +31,11 @@ static inline int ls_reached(uint32_t value, uint32_t target)
     return (int32_t)(value - target) >= 0;
 }
 
+/* LOCKSTEP_ISA's cap on the vector kernels (reductions, the loader's conversions):
+ * 0 base, 1 avx2, 2 avx512; unset: 2; -1 with *bad (if bad) pointing at a value it
+ * does not know */
+int ls_isa_cap(const char **bad);
+
 /* wait.c's protocol with the futex word and its sleeper count passed separately, so
  * that a hot word can keep its sleeper count on another cache line (the publisher's
  * read of it then hits a line nobody writes). Every waiter and waker of one value

@@ -4,7 +4,8 @@ package file by file and the disk's direct-read ceiling, cold and warm, and the
 targets of issue 73 judged on them."""
 import os
 
-IMPLS = ["lockstep-shards", "lockstep-shards-alias", "lockstep-tp2", "safetensors.torch", "direct-read"]
+IMPLS = ["lockstep-shards", "lockstep-shards-alias", "lockstep-shards-to-f32", "lockstep-tp2", "safetensors.torch",
+         "direct-read"]
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "load",
                       "bench_py_ckpt.py")
 
@@ -12,7 +13,11 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 TARGETS = [("lockstep-shards", "cold", "direct-read", 0.9),
            ("lockstep-shards", "cold", "safetensors.torch", 1.5),
            ("lockstep-shards", "warm", "safetensors.torch", 1.0),
-           ("lockstep-shards-alias", "warm", "safetensors.torch", 3.0)]
+           ("lockstep-shards-alias", "warm", "safetensors.torch", 3.0),
+           # bf16/f16 -> f32 while loading, against the same load without conversion,
+           # from disk; warm, both are memory-bound and converting writes twice the
+           # bytes into fresh pages the kernel must zero first (half the cycles)
+           ("lockstep-shards-to-f32", "cold", "lockstep-shards", 0.8)]
 # two ranks loading their rows at once: together they read at most this much of the
 # checkpoint, and the slower rank takes at most 0.65x one full load's time, or, where
 # the disk is the limit (both ranks share it), 1.25x the time the disk needs for the

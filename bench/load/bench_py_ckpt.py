@@ -5,6 +5,8 @@
 DIR holds safetensors shards and their index (make_files.py). IMPL:
   lockstep-shards        lockstep.load(DIR, framework="torch"): writable torch tensors
   lockstep-shards-alias  the same in alias mode: read-only views of the page cache
+  lockstep-shards-to-f32 the same with dtype="float32": the f16 and bf16 tensors
+                         converted while loading (GB/s of the checkpoint's bytes)
   safetensors.torch      safetensors.torch.load_file on each shard in turn
   direct-read            the ceiling: lockstep_bench_load's direct reads of every shard
   lockstep-tp2           two processes at once, each loading its rows of every tensor
@@ -120,10 +122,11 @@ def main():
                 tensors.update(load_file(f))
         else:
             _, tensors = lockstep.load(folder, framework="torch",
-                                       mode="alias" if impl == "lockstep-shards-alias" else "auto")
+                                       mode="alias" if impl == "lockstep-shards-alias" else "auto",
+                                       dtype="float32" if impl == "lockstep-shards-to-f32" else None)
         touch(tensors, torch)
         secs, cpus = time.perf_counter() - t0, cpu() - c0
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        nbytes = sum(t[4] for part in lockstep.checkpoint.resolve(folder).parts for t in part.tensors)
     gb = nbytes / 1e9
     for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)] + extra:
         print(json.dumps({"workload": f"shards {state} {unit}", "impl": impl, "param": int(nbytes),

@@ -209,6 +209,14 @@ typedef struct lockstep_load_params {
     void *progress_arg;
     int n_readers;                 /* reads in flight, 1..64 (0 = 2, measured) */
     size_t chunk_bytes;            /* bytes per read (0 = 4 MiB, measured) */
+    const char *to_type;           /* "F32", "F16" or "BF16": F32, F16 and BF16 tensors
+                                      arrive as this type, converted while they are
+                                      copied out of the staging buffers (to nearest,
+                                      ties to even; a NaN stays a NaN); other types as
+                                      they are, except quantized blocks and sub-byte
+                                      floats, which fail (-EINVAL: no dequantisation).
+                                      NULL: as the file has them. Not with ALIAS or
+                                      the CUDA sink. */
     const lockstep_shard_t *shard; /* load only this rank's parts (NULL: whole tensors):
                                       only their bytes are read, except the gaps between
                                       a column split's ranges, read through where they
@@ -237,7 +245,8 @@ lockstep_load_params_t lockstep_load_params_default(void);
 /* Load path as params say (NULL params = defaults). NULL with errno on failure:
  * EINVAL (bad params: unknown mode or sink, ALIAS with the CUDA sink or with dest,
  * n_readers out of range, dest returned NULL, a shard plan lockstep_shard_part
- * refuses, ALIAS with a part split inside rows), ENOENT (a name not in the file),
+ * refuses, ALIAS with a part split inside rows, a to_type that is not F32/F16/BF16
+ * or a tensor it cannot convert), ENOENT (a name not in the file),
  * EBADMSG (a malformed file, or check found a bad value: err says what and where),
  * ECANCELED (progress asked), ENODEV (CUDA sink without runtime or device), ENOMEM,
  * EIO and the other read(2) errors; err (may be NULL) gets the code and a message. */
@@ -258,8 +267,14 @@ int lockstep_loaded_region(const lockstep_loaded_t *l, void **base, size_t *len)
 
 int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out);
 
+/* Tensor i as this load holds it: the name, the type after any conversion, the dims
+ * of its part (in the file's order), its size in memory, the file offset of the
+ * part's first byte. NULL (errno EINVAL) when i was not selected or is out of range. */
+const lockstep_tensor_info_t *lockstep_loaded_tensor(const lockstep_loaded_t *l, size_t i);
+
 /* The part of tensor i this load holds (the whole tensor, dim -1, without a shard
- * plan); its bytes lie at lockstep_loaded_data(l, i), packed in C order. -EINVAL when
+ * plan), as the file has it; its elements lie at lockstep_loaded_data(l, i), packed in
+ * C order (converted: lockstep_loaded_tensor gives their type and size). -EINVAL when
  * i was not selected or is out of range. */
 int lockstep_loaded_part(const lockstep_loaded_t *l, size_t i, lockstep_shard_part_t *out);
 

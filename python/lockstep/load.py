@@ -36,7 +36,7 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
          mode: Mode = "auto", check: bool = False, readers: int = 0,
          progress: Optional[Callable[[int, int], Optional[bool]]] = None,
          framework: Framework = "numpy",
-         plan: Optional[ShardPlan] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+         plan: Optional[ShardPlan] = None, dtype: Any = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """Load a checkpoint; returns (metadata, tensors).
 
     path:     a GGUF or safetensors file; a Hugging Face index (*.safetensors.index.json);
@@ -61,6 +61,11 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
     progress: callable(done_bytes, total_bytes) over the whole set, called after each
               chunk; return True (or raise) to stop the load: LoadCancelled (or your
               exception).
+    dtype:    "float32", "float16" or "bfloat16" (or that torch or numpy dtype): f32,
+              f16 and bf16 tensors arrive converted to it, in the copy out of the read
+              buffers (to nearest, ties to even, as torch's .to(); a NaN stays a NaN);
+              other types as they are, except quantized GGUF blocks and sub-byte
+              floats (ValueError: no dequantisation). Not with mode="alias".
     plan:     a lockstep.ShardPlan: each tensor comes back as this rank's part of it
               (torch.chunk's rule), and only those bytes are read (a column split's
               small gaps excepted); "alias" mode takes row splits only.
@@ -82,12 +87,13 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         raise ValueError("readers must be an int in 0..64 (0 = default)")
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(done, total)")
+    to_type = _to_type(dtype)
     if plan is not None and not isinstance(plan, ShardPlan):
         raise TypeError(f"plan must be a lockstep.ShardPlan, not {type(plan).__name__}")
     to = _torch_maker() if framework == "torch" else None
     path = os.fspath(path)
     if os.path.isfile(path) and not checkpoint.is_set_name(path):
-        return _load_file(path, names, mode, check, readers, progress, to, plan)
+        return _load_file(path, names, mode, check, readers, progress, to, plan, to_type)
     ck = checkpoint.resolve(path)
     want = list(ck.where) if names is None else names
     chosen: List[List[str]] = [[] for _ in ck.parts]
@@ -105,12 +111,31 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         if not sel:
             continue
         step = _shifted(progress, base, total) if progress is not None else None
-        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan)
+        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type)
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)
         base += sum(sizes[n] for n in sel)
     return meta_out, {n: out[n] for n in want}
+
+
+_TO_TYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def _to_type(dtype: Any) -> Optional[str]:
+    """load's dtype as the C library names it: None, or F32, F16 or BF16"""
+    if dtype is None:
+        return None
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if not isinstance(dtype, str) and not str(dtype).startswith("torch."):
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+    if name not in _TO_TYPES:
+        raise ValueError(f"dtype must be float32, float16 or bfloat16 (a name, a torch or numpy dtype), "
+                         f"not {dtype!r}")
+    return _TO_TYPES[name]
 
 
 def _shifted(progress: Callable[[int, int], Optional[bool]], base: int,
@@ -122,9 +147,10 @@ def _shifted(progress: Callable[[int, int], Optional[bool]], base: int,
 def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, readers: int,
                progress: Optional[Callable[[int, int], Optional[bool]]],
                to: Optional[Callable[[np.ndarray[Any, Any], str], Any]],
-               plan: Optional[ShardPlan] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+               plan: Optional[ShardPlan] = None,
+               to_type: Optional[str] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress,
-                            plan._c() if plan is not None else None)
+                            plan._c() if plan is not None else None, to_type)
     region = memoryview(loaded)
     tensors: Dict[str, Any] = {}
     gguf = loaded.stats["format"] == "gguf"  # GGUF lists dimensions innermost first

@@ -144,17 +144,6 @@ static PyObject *tensor_item(const lockstep_tensor_info_t *t, unsigned long long
     return Py_BuildValue("(ssNKK)", t->name, t->type_name, dims, offset, (unsigned long long)t->size);
 }
 
-/* (name, type, dims as the file orders them, offset, bytes) of the part a load holds */
-static PyObject *part_item(const lockstep_model_t *md, const lockstep_tensor_info_t *t,
-                           const lockstep_shard_part_t *pt, unsigned long long offset)
-{
-    lockstep_tensor_info_t v = *t;
-    for (uint32_t d = 0; d < v.n_dims; d++)
-        v.dims[d] = pt->shape[lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? v.n_dims - 1 - d : d];
-    v.size = pt->size;
-    return tensor_item(&v, offset);
-}
-
 /* A shard plan from Python: None, or (rank, world, [(pattern, dim)]); the rules point
  * into *keep's strings, which the caller releases after the load. */
 static int shard_arg(PyObject *o, lockstep_shard_t *plan, lockstep_shard_rule_t **rules, PyObject **keep)
@@ -237,13 +226,15 @@ static PyObject *load_error(const char *path, const lockstep_load_error_t *err, 
 }
 
 /* load(path, names: list[str] | None, mode: int, check: bool, readers: int, progress,
- *      shard: (rank, world, [(pattern, dim)]) | None) */
+ *      shard: (rank, world, [(pattern, dim)]) | None, to_type: str | None) */
 static PyObject *mod_load(PyObject *m, PyObject *args)
 {
     const char *path;
     PyObject *names = Py_None, *progress_fn = Py_None, *shard = Py_None, *keep = NULL;
+    const char *to_type = NULL;
     int mode = 0, check = 0, readers = 0;
-    if (!PyArg_ParseTuple(args, "sOipiO|O", &path, &names, &mode, &check, &readers, &progress_fn, &shard))
+    if (!PyArg_ParseTuple(args, "sOipiO|Oz", &path, &names, &mode, &check, &readers, &progress_fn, &shard,
+                          &to_type))
         return NULL;
     lockstep_shard_t plan;
     lockstep_shard_rule_t *rules = NULL;
@@ -254,6 +245,7 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     }
     lockstep_load_params_t p = lockstep_load_params_default();
     p.shard = shard != Py_None ? &plan : NULL;
+    p.to_type = to_type;
     p.mode = (lockstep_load_mode_t)mode;
     p.check = check;
     p.n_readers = readers;
@@ -319,13 +311,11 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     if (!(o->meta = meta_list(md)) || !(o->tensors = PyList_New(0)))
         goto fail;
     for (size_t i = 0; i < nt; i++) {
-        const lockstep_tensor_info_t *t = lockstep_model_tensor(md, i);
         unsigned char *d = lockstep_loaded_data(l, i);
         if (!d)
             continue; /* not selected */
-        lockstep_shard_part_t pt;
-        lockstep_loaded_part(l, i, &pt);
-        PyObject *item = part_item(md, t, &pt, (unsigned long long)(d - (unsigned char *)o->base));
+        /* as loaded: the part's dims, the type after any conversion */
+        PyObject *item = tensor_item(lockstep_loaded_tensor(l, i), (unsigned long long)(d - (unsigned char *)o->base));
         if (!item || PyList_Append(o->tensors, item)) {
             Py_XDECREF(item);
             goto fail;

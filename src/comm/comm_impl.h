@@ -322,9 +322,6 @@ void ls_comm_reduce(lockstep_comm_t *c, lockstep_dtype_t dt, lockstep_op_t op, v
  * -1 (nothing done) for other dtypes, more elements or fewer than two inputs. */
 int ls_reduce_few(lockstep_dtype_t dt, lockstep_op_t op, void *out, const void *const *in, int nin, size_t n);
 
-/* LOCKSTEP_ISA's cap on the kernels (0 base, 1 avx2, 2 avx512; unset: 2), or -1 with
- * *bad (if bad) pointing at the value it does not know */
-int ls_isa_cap(const char **bad);
 /* Choose the kernels, once per process: 0, or -EINVAL if LOCKSTEP_ISA is not known
  * (nothing chosen). lockstep_comm_create calls it, so a communicator's kernels are
  * fixed before its first call. */

@@ -41,6 +41,14 @@ static int ggml_type(uint32_t code)
     return -1;
 }
 
+int ls_gguf_type_code(const char *name)
+{
+    for (unsigned i = 0; i < sizeof ggml_types / sizeof ggml_types[0]; i++)
+        if (strcmp(ggml_types[i].name, name) == 0)
+            return (int)ggml_types[i].code;
+    return -1;
+}
+
 int ls_gguf_unit(uint32_t code, uint64_t *elems, uint64_t *bytes)
 {
     int i = ggml_type(code);

@@ -56,6 +56,21 @@ int ls_check_bytes(const char *type_name, const unsigned char *p, uint64_t n, ui
 int ls_gguf_unit(uint32_t code, uint64_t *elems, uint64_t *bytes);
 int ls_st_unit(uint32_t type, uint64_t *elems, uint64_t *bytes);
 
+/* shard.c: a plan's rank, world and rules usable: 0, or -EINVAL with err saying why */
+int ls_shard_check(const lockstep_shard_t *plan, lockstep_load_error_t *err);
+
+/* GGUF's (ggml's) and safetensors' code of a type name, -1 if unknown */
+int ls_gguf_type_code(const char *name);
+/* safetensors' code of a dtype name (its index in the format's list), -1 if unknown */
+int ls_st_type_code(const char *name);
+
+/* convert.c: F32, F16 and BF16 as kinds 0, 1, 2 (-1: another type), and n elements
+ * converted from one kind to another (dst and src must not overlap) */
+int ls_float_kind(const char *type_name);
+const char *ls_float_kind_name(int kind);
+unsigned ls_float_kind_bytes(int kind);
+void ls_convert(int from, int to, void *dst, const void *src, size_t n);
+
 int ls_parse_gguf(struct rd *r);
 int ls_parse_safetensors(struct rd *r);
 

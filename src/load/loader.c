@@ -63,6 +63,35 @@ static lockstep_load_error_t *set_err(lockstep_load_error_t *err, int code, cons
     return err;
 }
 
+/* Make view v (of a tensor of m) arrive as kind to: F32, F16 and BF16 convert (*from
+ * = 1 + their kind), other types stay as they are, except packed ones (quantized
+ * blocks, sub-byte floats), which have no element to convert: -EINVAL. */
+static int convert_to(const lockstep_model_t *m, lockstep_tensor_info_t *v, int to, unsigned char *from,
+                      lockstep_load_error_t *err)
+{
+    int kind = ls_float_kind(v->type_name);
+    uint64_t ue = 1, ub;
+    if (kind < 0) {
+        if (m->format == LOCKSTEP_FORMAT_GGUF ? ls_gguf_unit(v->type, &ue, &ub) : ls_st_unit(v->type, &ue, &ub))
+            ue = 2;
+        if (ue > 1) {
+            set_err(err, -EINVAL, "cannot convert tensor \"%s\" (%s) to %s: its values are packed in "
+                    "blocks (no dequantisation); load it without to_type, or leave it out (names)",
+                    v->name, v->type_name, ls_float_kind_name(to));
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (kind == to)
+        return 0;
+    *from = (unsigned char)(kind + 1);
+    v->size = v->size / ls_float_kind_bytes(kind) * ls_float_kind_bytes(to);
+    v->type_name = ls_float_kind_name(to);
+    v->type = (uint32_t)(m->format == LOCKSTEP_FORMAT_GGUF ? ls_gguf_type_code(v->type_name)
+                                                           : ls_st_type_code(v->type_name));
+    return 0;
+}
+
 static int cmp_sel(const void *a, const void *b, void *ctx)
 {
     return ls_cmp_offsets(a, b, ctx);
@@ -174,7 +203,7 @@ static int run_job(struct job *j)
     if ((size_t)readers > j->n_chunks)
         readers = j->n_chunks ? (int)j->n_chunks : 1;
     j->n_readers = readers;
-    int staging = !j->in_place && (j->cuda || j->fd_direct >= 0);
+    int staging = !j->in_place && (j->cuda || j->fd_direct >= 0 || j->to_kind >= 0);
     void *maps[MAX_READERS][LS_CUDA_RING];
     size_t map_lens[MAX_READERS][LS_CUDA_RING];
     int pinned[MAX_READERS][LS_CUDA_RING];
@@ -193,7 +222,7 @@ static int run_job(struct job *j)
         }
     if (!rc && j->n_chunks) {
         lockstep_pool_params_t pp = lockstep_pool_params_default();
-        pp.n_threads = readers + (j->in_place && !j->alias ? 1 : 0); /* + the pre-faulter */
+        pp.n_threads = readers + ((j->in_place && !j->alias) || j->packed ? 1 : 0); /* + the pre-faulter */
         pp.wait_policy = LOCKSTEP_WAIT_PASSIVE; /* readers sleep in read(2), not on us */
         lockstep_pool_t *pool = lockstep_pool_create(&pp);
         if (!pool)
@@ -227,12 +256,17 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     if (!path || (unsigned)p->mode > LOCKSTEP_LOAD_BUFFERED || (unsigned)p->sink > LOCKSTEP_SINK_CUDA ||
         p->n_readers < 0 || p->n_readers > MAX_READERS || (p->n_names && !p->names) ||
         (p->mode == LOCKSTEP_LOAD_ALIAS && (p->sink != LOCKSTEP_SINK_HOST || p->dest)) ||
-        (p->shard && (p->shard->world < 1 || p->shard->rank < 0 || p->shard->rank >= p->shard->world))) {
+        (p->to_type && (ls_float_kind(p->to_type) < 0 || p->mode == LOCKSTEP_LOAD_ALIAS ||
+                        p->sink == LOCKSTEP_SINK_CUDA))) {
         set_err(err, -EINVAL, "%s", !path ? "no path given"
-                : p->shard && (p->shard->world < 1 || p->shard->rank < 0 || p->shard->rank >= p->shard->world)
-                ? "shard plan: need world >= 1 and 0 <= rank < world"
+                : p->to_type && ls_float_kind(p->to_type) < 0 ? "to_type must be \"F32\", \"F16\" or \"BF16\""
+                : p->to_type ? "to_type converts while copying: not with alias mode or the CUDA sink"
                 : p->mode == LOCKSTEP_LOAD_ALIAS ? "alias mode maps the file: host sink, no dest"
                 : "bad load params (mode, sink, n_readers 0..64, names)");
+        errno = EINVAL;
+        return NULL;
+    }
+    if (p->shard && ls_shard_check(p->shard, err)) { /* before any tensor is looked at */
         errno = EINVAL;
         return NULL;
     }
@@ -262,7 +296,9 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     l->parts = calloc(nt1, sizeof *l->parts);
     l->views = calloc(nt1, sizeof *l->views);
     j.sel = calloc(nt1, sizeof *j.sel);
-    if (!l->data || !l->parts || !l->views || !j.sel) {
+    j.from_kind = calloc(nt1, 1);
+    j.to_kind = p->to_type ? ls_float_kind(p->to_type) : -1;
+    if (!l->data || !l->parts || !l->views || !j.sel || !j.from_kind) {
         set_err(err, -ENOMEM, "out of memory");
         goto out;
     }
@@ -284,7 +320,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         for (size_t i = 0; i < m->n_tensors; i++)
             j.sel[j.n_sel++] = i;
     }
-    int gathered = 0; /* some part is more than one range of the file */
+    int gathered = 0, converting = 0; /* some part is more than one range; some converts */
     for (size_t k = 0; k < j.n_sel; k++) {
         size_t i = j.sel[k];
         lockstep_shard_part_t *pt = &l->parts[i];
@@ -297,6 +333,9 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         v->offset = pt->offset;
         v->size = pt->size;
         gathered |= pt->runs > 1;
+        if (j.to_kind >= 0 && convert_to(m, v, j.to_kind, &j.from_kind[i], err))
+            goto out;
+        converting |= j.from_kind[i] != 0;
     }
     j.t = l->views;
     qsort_r(j.sel, j.n_sel, sizeof *j.sel, cmp_sel, l->views);
@@ -355,7 +394,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     }
     if (!j.align)
         j.align = 4096;
-    j.in_place = !j.cuda && !p->dest && !gathered;
+    j.in_place = !j.cuda && !p->dest && !gathered && !converting;
     if (j.in_place && j.n_sel) {
         const lockstep_tensor_info_t *first = &l->views[j.sel[0]];
         uint64_t end = 0;
@@ -372,11 +411,12 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         }
         for (size_t k = 0; k < j.n_sel; k++)
             l->data[j.sel[k]] = l->region + (l->views[j.sel[k]].offset - j.base_off);
-    } else if (!j.cuda && !p->dest && j.n_sel) { /* gathered parts: packed, 64-byte aligned */
+    } else if (!j.cuda && !p->dest && j.n_sel) { /* gathered or converted: packed, 64-byte aligned */
         uint64_t size = 0;
         for (size_t k = 0; k < j.n_sel; k++)
             size = align_up(size, 64) + l->views[j.sel[k]].size;
         l->region_len = size;
+        j.packed = 1;
         if (!(l->region = map_huge(size ? size : 1, &l->region_map, &l->region_map_len))) {
             set_err(err, -ENOMEM, "cannot allocate %llu bytes for the tensors", (unsigned long long)size);
             goto out;
@@ -421,6 +461,7 @@ out:
     if (j.fd_buf >= 0)
         close(j.fd_buf);
     free(j.sel);
+    free(j.from_kind);
     free(j.chunks);
     free(j.pieces);
     free((void *)j.remaining);
@@ -466,6 +507,15 @@ int lockstep_loaded_stats(const lockstep_loaded_t *l, lockstep_load_stats_t *out
         return -EINVAL;
     *out = l->stats;
     return 0;
+}
+
+const lockstep_tensor_info_t *lockstep_loaded_tensor(const lockstep_loaded_t *l, size_t i)
+{
+    if (!l || i >= l->model->n_tensors || !l->data[i]) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return &l->views[i];
 }
 
 int lockstep_loaded_part(const lockstep_loaded_t *l, size_t i, lockstep_shard_part_t *out)

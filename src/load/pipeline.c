@@ -157,41 +157,77 @@ static uint64_t credit(struct job *j, uint64_t s, uint64_t e)
     return bytes;
 }
 
+/* Where chunk c's data goes in the loader's region: [*lo, *hi) */
+static void chunk_dest(const struct job *j, size_t c, unsigned char **lo, unsigned char **hi)
+{
+    const struct chunk *ch = &j->chunks[c];
+    if (j->in_place) {
+        *lo = j->l->region + (ch->start - j->base_off);
+        *hi = *lo + (ch->end - ch->start);
+        return;
+    }
+    *lo = NULL;
+    *hi = NULL;
+    for (uint32_t k = ch->first; k < ch->first + ch->n; k++) { /* packed in file order: one span */
+        const struct piece *pc = &j->pieces[k];
+        unsigned char *a = (unsigned char *)j->l->data[pc->tensor] + pc->dst, *b = a + dest_bytes(j, pc->tensor, pc->len);
+        *lo = !*lo || a < *lo ? a : *lo;
+        *hi = !*hi || b > *hi ? b : *hi;
+    }
+}
+
+/* The pre-faulter: keeps ahead of the readers, faulting in the region's pages
+ * (MADV_POPULATE_WRITE never changes data already there, so it may race the readers'
+ * writes harmlessly), so that the zeroing of fresh pages overlaps the reads. */
+static void prefault(struct job *j)
+{
+    for (size_t c = 0; c < j->n_chunks && !atomic_load(&j->failed); c++) {
+        size_t claimed = atomic_load_explicit(&j->next, memory_order_relaxed);
+        if (c < claimed)
+            c = claimed; /* readers got there first: jump ahead */
+        if (c >= j->n_chunks)
+            break;
+        unsigned char *lo, *hi;
+        chunk_dest(j, c, &lo, &hi);
+        uintptr_t page = align_down((uintptr_t)lo, 4096);
+        if (lo && madvise((void *)page, (uintptr_t)hi - page, MADV_POPULATE_WRITE) != 0)
+            break; /* not supported (or no memory): the reads fault pages themselves */
+    }
+}
+
+/* Map file bytes [start, end) of the model's mapping: the reads happen in the page
+ * faults. 0, or -1 with the failure recorded. */
+static int populate(struct job *j, uint64_t start, uint64_t end)
+{
+    end = end < j->file_size ? end : j->file_size;
+    unsigned char *at = (unsigned char *)j->l->model->map + start;
+    uintptr_t page = align_down((uintptr_t)at, 4096);
+    if (madvise((void *)page, (uintptr_t)(at + (end - start)) - page, MADV_POPULATE_READ) != 0) {
+        if (errno != EINVAL) { /* EFAULT: the file shrank under us; touching would SIGBUS */
+            ls_load_fail(j, errno == ENOMEM ? -ENOMEM : -EIO, start, "cannot map bytes %llu..%llu "
+                         "of the file (was it truncated while loading?)", (unsigned long long)start,
+                         (unsigned long long)end);
+            return -1;
+        }
+        volatile const unsigned char *v = at; /* kernels before 5.14 */
+        unsigned char sum = 0;
+        for (uint64_t k = 0; k < end - start; k += 4096)
+            sum ^= v[k];
+        (void)sum;
+    }
+    atomic_fetch_add_explicit(&j->bytes_read, end - start, memory_order_relaxed);
+    return 0;
+}
+
 static void run_in_place(struct job *j, int ith)
 {
     unsigned char *region = j->l->region;
-    if (ith == j->n_readers) { /* the pre-faulter: keep ahead of the readers */
-        for (size_t c = 0; c < j->n_chunks && !atomic_load(&j->failed); c++) {
-            size_t claimed = atomic_load_explicit(&j->next, memory_order_relaxed);
-            if (c < claimed)
-                c = claimed; /* readers got there first: jump ahead */
-            if (c >= j->n_chunks)
-                break;
-            const struct chunk *ch = &j->chunks[c];
-            if (madvise(region + (ch->start - j->base_off), ch->end - ch->start, MADV_POPULATE_WRITE) != 0)
-                break; /* not supported (or no memory): the reads fault pages themselves */
-        }
-        return;
-    }
     for (size_t c; (c = claim(j)) != SIZE_MAX;) {
         const struct chunk *ch = &j->chunks[c];
         unsigned char *at = region + (ch->start - j->base_off);
-        if (j->alias) { /* map the file's pages: the reads happen in the page faults */
-            uint64_t end = ch->end < j->file_size ? ch->end : j->file_size;
-            if (madvise(at, end - ch->start, MADV_POPULATE_READ) != 0) {
-                if (errno != EINVAL) { /* EFAULT: the file shrank under us; touching would SIGBUS */
-                    ls_load_fail(j, errno == ENOMEM ? -ENOMEM : -EIO, ch->start, "cannot map bytes %llu..%llu "
-                         "of the file (was it truncated while loading?)", (unsigned long long)ch->start,
-                         (unsigned long long)end);
-                    return;
-                }
-                volatile const unsigned char *v = at; /* kernels before 5.14 */
-                unsigned char sum = 0;
-                for (uint64_t k = 0; k < end - ch->start; k += 4096)
-                    sum ^= v[k];
-                (void)sum;
-            }
-            atomic_fetch_add_explicit(&j->bytes_read, end - ch->start, memory_order_relaxed);
+        if (j->alias) {
+            if (populate(j, ch->start, ch->end))
+                return;
         } else if (read_range(j, at, ch->start, ch->end - ch->start)) {
             return;
         }
@@ -211,14 +247,14 @@ static void run_staged(struct job *j, int ith)
         return;
     }
     /* buffered to host memory: read straight into the destination, no staging */
-    int straight = !j->cuda && j->fd_direct < 0;
+    int straight = !j->cuda && j->fd_direct < 0 && j->to_kind < 0;
     for (size_t c; (c = claim(j)) != SIZE_MAX;) {
         const struct chunk *ch = &j->chunks[c];
         uint64_t bytes = 0;
         if (straight) {
             for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
                 const struct piece *pc = &j->pieces[k];
-                const lockstep_tensor_info_t *t = &j->t[pc->tensor];
+                const lockstep_tensor_info_t *t = &j->l->model->tensors[pc->tensor]; /* as the file has it */
                 unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->dst;
                 uint64_t where;
                 if (read_range(j, dst, pc->src, pc->len))
@@ -242,7 +278,7 @@ static void run_staged(struct job *j, int ith)
             break;
         for (uint32_t k = ch->first; k < ch->first + ch->n; k++) {
             const struct piece *pc = &j->pieces[k];
-            const lockstep_tensor_info_t *t = &j->t[pc->tensor];
+            const lockstep_tensor_info_t *t = &j->l->model->tensors[pc->tensor]; /* as the file has it */
             const unsigned char *src = buf + (pc->src - rs);
             unsigned char *dst = (unsigned char *)j->l->data[pc->tensor] + pc->dst;
             uint64_t where;
@@ -250,13 +286,16 @@ static void run_staged(struct job *j, int ith)
                 bad_value(j, pc->tensor, pc->src + where);
                 goto out;
             }
-            if (!j->cuda)
+            int from = j->from_kind[pc->tensor] - 1;
+            if (from >= 0)
+                ls_convert(from, j->to_kind, dst, src, pc->len / ls_float_kind_bytes(from));
+            else if (!j->cuda)
                 memcpy(dst, src, pc->len);
             else if (pc->len && ls_cuda_lane_copy(&lane, dst, src, pc->len)) {
                 ls_load_fail(j, -EIO, pc->src, "CUDA: cannot queue a copy of tensor \"%s\"", t->name);
                 goto out;
             }
-            bytes += pc->len;
+            bytes += dest_bytes(j, pc->tensor, pc->len);
         }
         if (j->cuda) {
             if (ls_cuda_lane_mark(&lane, b)) {
@@ -276,7 +315,9 @@ void ls_load_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     struct job *j = arg;
-    if (j->in_place)
+    if (ith == j->n_readers)
+        prefault(j);
+    else if (j->in_place)
         run_in_place(j, ith);
     else
         run_staged(j, ith);
@@ -336,9 +377,9 @@ int ls_load_plan_staged(struct job *j, uint64_t chunk)
     for (size_t k = 0; k < j->n_sel; k++) {
         uint32_t idx = (uint32_t)j->sel[k];
         const lockstep_shard_part_t *pt = &j->l->parts[idx];
-        uint64_t unit = ls_check_unit(j->t[idx].type_name);
-        for (uint64_t r = 0; r < pt->runs; r++) {
-            uint64_t src = pt->offset + r * pt->stride, dst = r * pt->run, len = pt->run;
+        uint64_t unit = ls_check_unit(j->l->model->tensors[idx].type_name);
+        for (uint64_t r = 0; r < pt->runs; r++) { /* converted: destination offsets scale */
+            uint64_t src = pt->offset + r * pt->stride, dst = dest_bytes(j, idx, r * pt->run), len = pt->run;
             if (cur && src - cur->end <= STAGED_GAP && src + len - cur->start <= chunk) {
                 j->pieces[j->n_pieces++] = (struct piece){idx, src, dst, len};
                 cur->n++;
@@ -350,7 +391,7 @@ int ls_load_plan_staged(struct job *j, uint64_t chunk)
                 uint64_t n = len - rel < step ? len - rel : step;
                 cur = &j->chunks[j->n_chunks++];
                 *cur = (struct chunk){src + rel, src + rel + n, (uint32_t)j->n_pieces, 1};
-                j->pieces[j->n_pieces++] = (struct piece){idx, src + rel, dst + rel, n};
+                j->pieces[j->n_pieces++] = (struct piece){idx, src + rel, dst + dest_bytes(j, idx, rel), n};
             }
         }
     }

@@ -48,6 +48,9 @@ struct job {
     int fd_direct, fd_buf;             /* fd_direct < 0: no direct reads */
     uint64_t align, file_size, base_off, refuse_direct_at;
     int in_place, alias, cuda, n_readers;
+    int packed;                        /* staged into a region the loader allocated */
+    int to_kind;                       /* to_type's kind (ls_float_kind), or -1 */
+    unsigned char *from_kind;          /* per tensor: 1 + its kind when converted, else 0 */
     struct chunk *chunks;
     size_t n_chunks;
     struct piece *pieces;
@@ -64,6 +67,14 @@ struct job {
     uint64_t done, total;
     lockstep_load_error_t *err;
 };
+
+/* Bytes in the destination of len bytes of tensor i's file data (more or fewer when
+ * it converts) */
+static inline uint64_t dest_bytes(const struct job *j, size_t i, uint64_t len)
+{
+    int from = j->from_kind[i] - 1;
+    return from < 0 ? len : len / ls_float_kind_bytes(from) * ls_float_kind_bytes(j->to_kind);
+}
 
 static inline uint64_t align_down(uint64_t x, uint64_t a) { return x - x % a; }
 static inline uint64_t align_up(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }

@@ -39,6 +39,11 @@ static int st_dtype(const char *s)
     return -1;
 }
 
+int ls_st_type_code(const char *name)
+{
+    return st_dtype(name);
+}
+
 int ls_st_unit(uint32_t type, uint64_t *elems, uint64_t *bytes)
 {
     if (type >= sizeof st_dtypes / sizeof st_dtypes[0])

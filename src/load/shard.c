@@ -35,6 +35,19 @@ static int split_dim(const lockstep_shard_t *plan, const char *name, const char 
     return -1;
 }
 
+int ls_shard_check(const lockstep_shard_t *plan, lockstep_load_error_t *err)
+{
+    if (plan->world < 1 || plan->rank < 0 || plan->rank >= plan->world)
+        return refuse(err, "shard plan: rank %d of world %d (need world >= 1, 0 <= rank < world)",
+                      plan->rank, plan->world);
+    if (plan->n_rules && !plan->rules)
+        return refuse(err, "shard plan: n_rules %zu but no rules", plan->n_rules);
+    for (size_t k = 0; k < plan->n_rules; k++)
+        if (!plan->rules[k].pattern || plan->rules[k].dim < -1)
+            return refuse(err, "shard plan: rule %zu has no pattern or a dim below -1", k);
+    return 0;
+}
+
 int lockstep_shard_part(const lockstep_model_t *m, size_t i, const lockstep_shard_t *plan,
                         lockstep_shard_part_t *out, lockstep_load_error_t *err)
 {
@@ -56,14 +69,9 @@ int lockstep_shard_part(const lockstep_model_t *m, size_t i, const lockstep_shar
     out->run = out->stride = t->size;
     if (!plan)
         return 0;
-    if (plan->world < 1 || plan->rank < 0 || plan->rank >= plan->world)
-        return refuse(err, "shard plan: rank %d of world %d (need world >= 1, 0 <= rank < world)",
-                      plan->rank, plan->world);
-    if (plan->n_rules && !plan->rules)
-        return refuse(err, "shard plan: n_rules %zu but no rules", plan->n_rules);
-    for (size_t k = 0; k < plan->n_rules; k++)
-        if (!plan->rules[k].pattern || plan->rules[k].dim < -1)
-            return refuse(err, "shard plan: rule %zu has no pattern or a dim below -1", k);
+    int rc = ls_shard_check(plan, err);
+    if (rc)
+        return rc;
     const char *pattern = NULL;
     int d = split_dim(plan, t->name, &pattern);
     if (d < 0)

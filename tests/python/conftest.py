@@ -1,4 +1,6 @@
-"""Runs a function as N ranks in forked processes, each under a deadline."""
+"""Runs a function as N ranks in forked processes, each under a deadline; the
+watchdog fixture for tests in one process."""
+import faulthandler
 import json
 import multiprocessing as mp
 import os
@@ -10,6 +12,27 @@ import uuid
 import pytest
 
 CTX = mp.get_context("fork")
+
+
+@pytest.fixture
+def torch_serial():
+    """torch's ops on one thread in this process for the test: its intra-op OpenMP
+    threads, once started here, hang the ranks later tests fork (libgomp's team does
+    not survive fork), so tests that compute with torch in the pytest process use this"""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def watchdog():
+    """A hang (say, a reader thread that never finishes) prints every thread's
+    traceback and fails the run after 120 s instead of blocking CI"""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 def _child(fn, rank, size, job, q):

@@ -4,7 +4,6 @@ lockstep.load from the index, the directory or any split part, into numpy arrays
 torch tensors equal to what the writers were given; the lockstep.safetensors calls
 against the safetensors package's own; and hostile sets, each refused with a named
 error before anything is loaded."""
-import faulthandler
 import json
 import os
 
@@ -17,11 +16,7 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 gguf = pytest.importorskip("gguf")
 
 
-@pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+pytestmark = pytest.mark.usefixtures("watchdog")  # conftest.py: 120 s, then a traceback
 
 
 def sharded(tmp_path, n=3, name="model"):

@@ -3,7 +3,6 @@ packages: every dtype and shape reads back equal to the reference readers' array
 every mode; alias arrays are read-only views, the others writable; selection by name;
 progress and cancel; the value check names tensor and offset (a float NaN and a Q8_0
 block scale); bad files and bad arguments raise their specific exceptions."""
-import faulthandler
 import struct
 
 import numpy as np
@@ -18,12 +17,7 @@ gguf = pytest.importorskip("gguf")
 MODES = ["auto", "alias", "copy", "buffered"]
 
 
-@pytest.fixture(autouse=True)
-def watchdog():
-    """A hang (a reader thread that never finishes) fails the run instead of blocking CI."""
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+pytestmark = pytest.mark.usefixtures("watchdog")  # conftest.py: 120 s, then a traceback
 
 
 def st_file(tmp_path):

@@ -3,7 +3,6 @@ writers made (safetensors shards with an index, a GGUF split set with quantized
 blocks), at world sizes 1-4, checked element by element against torch.chunk of the
 whole tensor; ShardPlan.parts agrees with what load returns; bad plans raise errors
 that name what to fix."""
-import faulthandler
 import json
 
 import numpy as np
@@ -16,11 +15,7 @@ st_torch = pytest.importorskip("safetensors.torch")
 gguf = pytest.importorskip("gguf")
 
 
-@pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+pytestmark = pytest.mark.usefixtures("watchdog", "torch_serial")  # conftest.py
 
 
 SPLIT = {"*.rows": 0, "*.cols": 1, "*.inner": 2, "*.whole": None}

@@ -3,9 +3,13 @@
   lockstep omp run [-n THREADS] -- PROGRAM ARGS   run PROGRAM on lockstep's OpenMP runtime
   lockstep omp check FILE                          the OpenMP entry points FILE needs
   lockstep omp path                                where the runtime library is
+  lockstep load PATH [--mode M] [--check] [--dtype T] a checkpoint, with its speed
+  lockstep info PATH [--json]                      its files' metadata and tensor tables
 
-`lockstep bench`, `info` and `load` need a source checkout's build: from a checkout,
-run tools/lockstep (scripts/bench.sh builds it and runs the report).
+PATH: a model file, a directory, a *.safetensors.index.json or a part of a GGUF split
+set. `lockstep bench` and `report` run the C benchmarks of a source checkout's build:
+from a checkout, tools/lockstep (scripts/bench.sh builds it and runs the report), or
+set LOCKSTEP_SOURCE_DIR to the checkout.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import os
 import sys
 from typing import List, Optional
 
-from . import omp
+from . import cli_load, omp
 
 
 def _omp_check(path: str) -> int:
@@ -48,7 +52,7 @@ def _source_tool(argv: List[str]) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
-    if args_in and args_in[0] in ("bench", "info", "load"):
+    if args_in and args_in[0] in ("bench", "report"):
         return _source_tool(args_in)
     ap = argparse.ArgumentParser(prog="lockstep", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -60,9 +64,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     c = osub.add_parser("check", help="the OpenMP entry points a binary or library needs")
     c.add_argument("file")
     osub.add_parser("path", help="print the runtime library's path")
-    for name in ("bench", "info", "load"):
+    cli_load.add_parsers(sub)
+    for name in ("bench", "report"):
         sub.add_parser(name, help="from a source checkout (tools/lockstep)")
     args = ap.parse_args(args_in)
+    done = cli_load.run(args)
+    if done is not None:
+        return done
     try:
         if args.omp_cmd == "path":
             print(omp.runtime_path())

@@ -75,6 +75,14 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
     .offset where), ValueError (bad arguments; a plan that cannot split a tensor,
     named in the message).
     """
+    return _load(path, names, mode, check, readers, progress, framework, plan, dtype, None)
+
+
+def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], mode: str, check: bool,
+          readers: int, progress: Optional[Callable[[int, int], Optional[bool]]], framework: str,
+          plan: Optional[ShardPlan], dtype: Any,
+          stats: Optional[List[Dict[str, Any]]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """load, and each file's loader stats appended to stats (when given)"""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
     if framework not in ("numpy", "torch"):
@@ -93,7 +101,7 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
     to = _torch_maker() if framework == "torch" else None
     path = os.fspath(path)
     if os.path.isfile(path) and not checkpoint.is_set_name(path):
-        return _load_file(path, names, mode, check, readers, progress, to, plan, to_type)
+        return _load_file(path, names, mode, check, readers, progress, to, plan, to_type, stats)
     ck = checkpoint.resolve(path)
     want = list(ck.where) if names is None else names
     chosen: List[List[str]] = [[] for _ in ck.parts]
@@ -111,7 +119,7 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
         if not sel:
             continue
         step = _shifted(progress, base, total) if progress is not None else None
-        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type)
+        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type, stats)
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)
@@ -148,9 +156,12 @@ def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, re
                progress: Optional[Callable[[int, int], Optional[bool]]],
                to: Optional[Callable[[np.ndarray[Any, Any], str], Any]],
                plan: Optional[ShardPlan] = None,
-               to_type: Optional[str] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+               to_type: Optional[str] = None,
+               stats: Optional[List[Dict[str, Any]]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress,
                             plan._c() if plan is not None else None, to_type)
+    if stats is not None:
+        stats.append(loaded.stats)
     region = memoryview(loaded)
     tensors: Dict[str, Any] = {}
     gguf = loaded.stats["format"] == "gguf"  # GGUF lists dimensions innermost first

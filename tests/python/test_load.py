@@ -208,6 +208,33 @@ def test_load_command(tmp_path):
         assert "CUDA" in r.stderr
 
 
+def test_load_and_info_commands_take_a_set(tmp_path, capsys):
+    """The installed command (lockstep.cli, what tools/lockstep runs too): load and info
+    on a directory of shards, a conversion, and a missing path's exit code"""
+    import json
+
+    from lockstep.cli import main
+    st_numpy = pytest.importorskip("safetensors.numpy")
+    want = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(5, np.float16)}
+    st_numpy.save_file({"a": want["a"]}, str(tmp_path / "m-00001-of-00002.safetensors"))
+    st_numpy.save_file({"b": want["b"]}, str(tmp_path / "m-00002-of-00002.safetensors"))
+    assert main(["load", str(tmp_path), "--json", "--check"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files"] == 2 and out["tensors"] == 2 and out["bytes"] == 48 + 10 and out["checked"] is True
+    assert main(["load", str(tmp_path), "--dtype", "float32"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("loaded 2 tensors, 68 bytes from 2 files in ") and "converted to float32" in line
+    assert main(["info", str(tmp_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["kind"] == "shards" and [len(f["tensors"]) for f in info["files"]] == [1, 1]
+    assert info["files"][0]["tensors"][0] == {"name": "a", "type": "F32", "dims": [3, 4],
+                                               "offset": info["files"][0]["tensors"][0]["offset"], "bytes": 48}
+    assert main(["info", str(tmp_path)]) == 0
+    assert "shards, 2 files, 2 tensors, 58 bytes" in capsys.readouterr().out
+    assert main(["load", str(tmp_path / "missing")]) == 1
+    assert "no such checkpoint" in capsys.readouterr().err
+
+
 # A bad scale in the second block of each block type whose scale is not a plain
 # f16 at a fixed place: (type, block bytes, offset in the block -> bytes written there).
 ODD_SCALES = [

@@ -135,7 +135,7 @@ def test_the_extension_stub_lists_what_the_extension_has(tmp_path):
 def test_the_package_itself_passes_mypy_strict(tmp_path):
     # the package's modules as they are installed, against the extension's stub
     mods = ["lockstep", "lockstep.load", "lockstep.checkpoint", "lockstep.shard", "lockstep.launch", "lockstep.omp",
-            "lockstep.cli"]
+            "lockstep.cli", "lockstep.cli_load"]
     args = []
     if importlib.util.find_spec("torch") is not None:
         mods += ["lockstep.torch_ops", "lockstep.distributed", "lockstep.safetensors"]

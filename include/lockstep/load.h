@@ -193,6 +193,15 @@ typedef enum lockstep_load_sink {
     LOCKSTEP_SINK_CUDA = 1
 } lockstep_load_sink_t;
 
+/* Where the memory the loader allocates goes on a machine with several NUMA nodes (its
+ * pages are bound to the node, preferred, before anything touches them; the CUDA sink,
+ * ALIAS and caller destinations are not the loader's memory). */
+typedef enum lockstep_numa {
+    LOCKSTEP_NUMA_LOCAL = 0,  /* the calling thread's node, where the machine has more than one */
+    LOCKSTEP_NUMA_NODE = 1,   /* numa_node, also on a one-node machine (node 0) */
+    LOCKSTEP_NUMA_OFF = 2     /* where the loader's threads first touch the pages */
+} lockstep_numa_t;
+
 typedef int (*lockstep_load_progress_fn)(void *arg, uint64_t done, uint64_t total);
 typedef void *(*lockstep_load_dest_fn)(void *arg, const lockstep_tensor_info_t *t);
 
@@ -217,6 +226,8 @@ typedef struct lockstep_load_params {
                                       floats, which fail (-EINVAL: no dequantisation).
                                       NULL: as the file has them. Not with ALIAS or
                                       the CUDA sink. */
+    lockstep_numa_t numa;          /* where the loader's memory goes (default LOCAL) */
+    int numa_node;                 /* LOCKSTEP_NUMA_NODE: an online node */
     const lockstep_shard_t *shard; /* load only this rank's parts (NULL: whole tensors):
                                       only their bytes are read, except the gaps between
                                       a column split's ranges, read through where they
@@ -235,6 +246,7 @@ typedef struct lockstep_load_stats {
     double resident;               /* fraction of the selection in the page cache before */
     uint64_t bytes_read;           /* bytes asked of the file (alignment and read-through
                                       gaps included; ALIAS: bytes mapped) */
+    int numa_node;                 /* the node the loader's memory was bound to, or -1 */
 } lockstep_load_stats_t;
 
 typedef struct lockstep_loaded lockstep_loaded_t;
@@ -246,7 +258,8 @@ lockstep_load_params_t lockstep_load_params_default(void);
  * EINVAL (bad params: unknown mode or sink, ALIAS with the CUDA sink or with dest,
  * n_readers out of range, dest returned NULL, a shard plan lockstep_shard_part
  * refuses, ALIAS with a part split inside rows, a to_type that is not F32/F16/BF16
- * or a tensor it cannot convert), ENOENT (a name not in the file),
+ * or a tensor it cannot convert, a numa policy or node that does not exist), ENOENT (a
+ * name not in the file),
  * EBADMSG (a malformed file, or check found a bad value: err says what and where),
  * ECANCELED (progress asked), ENODEV (CUDA sink without runtime or device), ENOMEM,
  * EIO and the other read(2) errors; err (may be NULL) gets the code and a message. */

@@ -30,6 +30,8 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--readers", type=int, default=0, help="reads in flight per file (default 2)")
     s.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
                    help="convert f32, f16 and bf16 tensors to this type while loading")
+    s.add_argument("--numa", default="local", help="local (default), off, or a node number: where the "
+                   "loaded memory goes on a machine with several NUMA nodes")
     s.add_argument("--json", action="store_true", help="machine-readable closing line")
 
 
@@ -60,7 +62,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     t0, c0 = time.perf_counter(), _cpu()
     try:
         _, tensors = _load(args.path, None, args.mode, args.check, args.readers,
-                           _bar if tty else None, "numpy", None, args.dtype, stats)
+                           _bar if tty else None, "numpy", None, args.dtype, stats,
+                           int(args.numa) if args.numa.isdigit() else args.numa)
     except (OSError, LoadError, ValueError, KeyError) as e:
         if tty:
             sys.stderr.write("\n")
@@ -77,7 +80,8 @@ def cmd_load(args: argparse.Namespace) -> int:
            "cpu_s_per_gb": round(cpus / (nbytes / 1e9), 4) if nbytes else 0.0,
            "mode": "+".join(modes), "direct_fallback": bool(fallback),
            "fallback_offset": fallback[0]["fallback_offset"] if fallback else 0,
-           "resident": round(resident, 3), "checked": bool(args.check), "dtype": args.dtype}
+           "resident": round(resident, 3), "checked": bool(args.check), "dtype": args.dtype,
+           "numa_node": stats[0]["numa_node"] if stats else -1}
     if args.json:
         print(json.dumps(out))
         return 0

@@ -36,7 +36,8 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
          mode: Mode = "auto", check: bool = False, readers: int = 0,
          progress: Optional[Callable[[int, int], Optional[bool]]] = None,
          framework: Framework = "numpy",
-         plan: Optional[ShardPlan] = None, dtype: Any = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+         plan: Optional[ShardPlan] = None, dtype: Any = None,
+         numa: Union[str, int] = "local") -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """Load a checkpoint; returns (metadata, tensors).
 
     path:     a GGUF or safetensors file; a Hugging Face index (*.safetensors.index.json);
@@ -66,6 +67,9 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
               buffers (to nearest, ties to even, as torch's .to(); a NaN stays a NaN);
               other types as they are, except quantized GGUF blocks and sub-byte
               floats (ValueError: no dequantisation). Not with mode="alias".
+    numa:     where the loaded memory goes on a machine with several NUMA nodes:
+              "local" (the calling thread's node), a node number, or "off" (where
+              the loader's threads first touch it). Alias mode maps the page cache.
     plan:     a lockstep.ShardPlan: each tensor comes back as this rank's part of it
               (torch.chunk's rule), and only those bytes are read (a column split's
               small gaps excepted); "alias" mode takes row splits only.
@@ -75,13 +79,14 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
     .offset where), ValueError (bad arguments; a plan that cannot split a tensor,
     named in the message).
     """
-    return _load(path, names, mode, check, readers, progress, framework, plan, dtype, None)
+    return _load(path, names, mode, check, readers, progress, framework, plan, dtype, None, numa)
 
 
 def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], mode: str, check: bool,
           readers: int, progress: Optional[Callable[[int, int], Optional[bool]]], framework: str,
           plan: Optional[ShardPlan], dtype: Any,
-          stats: Optional[List[Dict[str, Any]]]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+          stats: Optional[List[Dict[str, Any]]],
+          numa: Union[str, int] = "local") -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """load, and each file's loader stats appended to stats (when given)"""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
@@ -96,12 +101,18 @@ def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], 
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(done, total)")
     to_type = _to_type(dtype)
+    if numa in ("local", "off"):
+        placement = (0, 0) if numa == "local" else (2, 0)
+    elif isinstance(numa, int) and not isinstance(numa, bool) and numa >= 0:
+        placement = (1, numa)
+    else:
+        raise ValueError(f"numa must be 'local', 'off' or a node number >= 0, not {numa!r}")
     if plan is not None and not isinstance(plan, ShardPlan):
         raise TypeError(f"plan must be a lockstep.ShardPlan, not {type(plan).__name__}")
     to = _torch_maker() if framework == "torch" else None
     path = os.fspath(path)
     if os.path.isfile(path) and not checkpoint.is_set_name(path):
-        return _load_file(path, names, mode, check, readers, progress, to, plan, to_type, stats)
+        return _load_file(path, names, mode, check, readers, progress, to, plan, to_type, stats, placement)
     ck = checkpoint.resolve(path)
     want = list(ck.where) if names is None else names
     chosen: List[List[str]] = [[] for _ in ck.parts]
@@ -119,7 +130,8 @@ def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], 
         if not sel:
             continue
         step = _shifted(progress, base, total) if progress is not None else None
-        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type, stats)
+        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type, stats,
+                                   placement)
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)
@@ -157,9 +169,10 @@ def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, re
                to: Optional[Callable[[np.ndarray[Any, Any], str], Any]],
                plan: Optional[ShardPlan] = None,
                to_type: Optional[str] = None,
-               stats: Optional[List[Dict[str, Any]]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+               stats: Optional[List[Dict[str, Any]]] = None,
+               placement: Tuple[int, int] = (0, 0)) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     loaded = _lockstep.load(path, names, _MODES[mode], bool(check), readers, progress,
-                            plan._c() if plan is not None else None, to_type)
+                            plan._c() if plan is not None else None, to_type, *placement)
     if stats is not None:
         stats.append(loaded.stats)
     region = memoryview(loaded)

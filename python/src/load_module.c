@@ -226,15 +226,16 @@ static PyObject *load_error(const char *path, const lockstep_load_error_t *err, 
 }
 
 /* load(path, names: list[str] | None, mode: int, check: bool, readers: int, progress,
- *      shard: (rank, world, [(pattern, dim)]) | None, to_type: str | None) */
+ *      shard: (rank, world, [(pattern, dim)]) | None, to_type: str | None,
+ *      numa: int (lockstep_numa_t), numa_node: int) */
 static PyObject *mod_load(PyObject *m, PyObject *args)
 {
     const char *path;
     PyObject *names = Py_None, *progress_fn = Py_None, *shard = Py_None, *keep = NULL;
     const char *to_type = NULL;
-    int mode = 0, check = 0, readers = 0;
-    if (!PyArg_ParseTuple(args, "sOipiO|Oz", &path, &names, &mode, &check, &readers, &progress_fn, &shard,
-                          &to_type))
+    int mode = 0, check = 0, readers = 0, numa = 0, numa_node = 0;
+    if (!PyArg_ParseTuple(args, "sOipiO|Ozii", &path, &names, &mode, &check, &readers, &progress_fn, &shard,
+                          &to_type, &numa, &numa_node))
         return NULL;
     lockstep_shard_t plan;
     lockstep_shard_rule_t *rules = NULL;
@@ -246,6 +247,8 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     lockstep_load_params_t p = lockstep_load_params_default();
     p.shard = shard != Py_None ? &plan : NULL;
     p.to_type = to_type;
+    p.numa = (lockstep_numa_t)numa;
+    p.numa_node = numa_node;
     p.mode = (lockstep_load_mode_t)mode;
     p.check = check;
     p.n_readers = readers;
@@ -323,13 +326,13 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
         Py_DECREF(item);
     }
     static const char *modes[] = {"auto", "alias", "copy", "buffered"};
-    o->stats = Py_BuildValue("{s:s,s:K,s:K,s:d,s:d,s:s,s:O,s:K,s:d}", "format",
+    o->stats = Py_BuildValue("{s:s,s:K,s:K,s:d,s:d,s:s,s:O,s:K,s:d,s:i}", "format",
                              lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors", "bytes", (unsigned long long)st.bytes,
                              "bytes_read", (unsigned long long)st.bytes_read,
                              "seconds", st.seconds, "cpu_seconds", st.cpu_seconds,
                              "mode", modes[st.mode], "direct_fallback", st.direct_fallback ? Py_True : Py_False,
                              "fallback_offset", (unsigned long long)st.fallback_offset,
-                             "resident", st.resident);
+                             "resident", st.resident, "numa_node", st.numa_node);
     if (!o->stats)
         goto fail;
     return (PyObject *)o;

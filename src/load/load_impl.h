@@ -71,6 +71,12 @@ const char *ls_float_kind_name(int kind);
 unsigned ls_float_kind_bytes(int kind);
 void ls_convert(int from, int to, void *dst, const void *src, size_t n);
 
+/* numa.c: the highest online node (0 when unknown), the calling thread's node (-1
+ * unknown), and [p, p + len) bound to a node (preferred): 0 or -errno */
+int ls_numa_max_node(void);
+int ls_numa_node_of_caller(void);
+int ls_numa_bind(void *p, size_t len, int node);
+
 int ls_parse_gguf(struct rd *r);
 int ls_parse_safetensors(struct rd *r);
 

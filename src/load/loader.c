@@ -92,6 +92,30 @@ static int convert_to(const lockstep_model_t *m, lockstep_tensor_info_t *v, int 
     return 0;
 }
 
+/* Bind the loader's region to the node params ask for, before it is touched. */
+static int place(lockstep_loaded_t *l, const lockstep_load_params_t *p, lockstep_load_error_t *err)
+{
+    int max = ls_numa_max_node(), node = -1;
+    if (p->numa == LOCKSTEP_NUMA_NODE) {
+        if (p->numa_node < 0 || p->numa_node > max) {
+            set_err(err, -EINVAL, "NUMA node %d: this machine has nodes 0..%d", p->numa_node, max);
+            return -EINVAL;
+        }
+        node = p->numa_node;
+    } else if (p->numa == LOCKSTEP_NUMA_LOCAL && max > 0) {
+        node = ls_numa_node_of_caller();
+    }
+    if (node < 0)
+        return 0;
+    int rc = ls_numa_bind(l->region, l->region_len ? l->region_len : 1, node);
+    if (rc && !(max == 0 && (rc == -ENOSYS || rc == -EPERM)) && p->numa == LOCKSTEP_NUMA_NODE) {
+        set_err(err, rc, "cannot bind the tensors' memory to NUMA node %d: %s", node, strerror(-rc));
+        return rc; /* asked for by name; LOCAL is best effort, and one node needs none */
+    }
+    l->stats.numa_node = rc ? -1 : node;
+    return 0;
+}
+
 static int cmp_sel(const void *a, const void *b, void *ctx)
 {
     return ls_cmp_offsets(a, b, ctx);
@@ -257,8 +281,10 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         p->n_readers < 0 || p->n_readers > MAX_READERS || (p->n_names && !p->names) ||
         (p->mode == LOCKSTEP_LOAD_ALIAS && (p->sink != LOCKSTEP_SINK_HOST || p->dest)) ||
         (p->to_type && (ls_float_kind(p->to_type) < 0 || p->mode == LOCKSTEP_LOAD_ALIAS ||
-                        p->sink == LOCKSTEP_SINK_CUDA))) {
+                        p->sink == LOCKSTEP_SINK_CUDA)) ||
+        (unsigned)p->numa > LOCKSTEP_NUMA_OFF) {
         set_err(err, -EINVAL, "%s", !path ? "no path given"
+                : (unsigned)p->numa > LOCKSTEP_NUMA_OFF ? "numa must be LOCKSTEP_NUMA_LOCAL, _NODE or _OFF"
                 : p->to_type && ls_float_kind(p->to_type) < 0 ? "to_type must be \"F32\", \"F16\" or \"BF16\""
                 : p->to_type ? "to_type converts while copying: not with alias mode or the CUDA sink"
                 : p->mode == LOCKSTEP_LOAD_ALIAS ? "alias mode maps the file: host sink, no dest"
@@ -342,6 +368,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     for (size_t k = 0; k < j.n_sel; k++)
         j.total += l->views[j.sel[k]].size;
     l->stats.bytes = j.total;
+    l->stats.numa_node = -1;
     l->stats.resident = resident(m, l->views, j.sel, j.n_sel);
 
     /* 2. the mode */
@@ -451,6 +478,9 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
             }
         }
     }
+
+    if (l->region && place(l, p, err))
+        goto out;
 
     /* 4-5. read */
     run_job(&j);

@@ -273,3 +273,18 @@ def test_check_block_scales_of_packed_types(tmp_path, type_name, block, patch):
     raw = open(bad, "rb").read()
     start = raw.find(blocks.tobytes()[:block])  # the tensor's first block
     assert start > 0 and e.value.offset == start + block
+
+
+def test_numa_placement_arguments(tmp_path):
+    """numa: a node that exists binds the loaded memory there (the C test checks the
+    pages); one that does not, or an unknown word, is a ValueError naming it"""
+    path, ref = st_file(tmp_path)
+    _, got = lockstep.load(path, numa=0, mode="copy")
+    assert all((got[k] == v).all() for k, v in ref.items())
+    _, got = lockstep.load(path, numa="off")
+    assert all((got[k] == v).all() for k, v in ref.items())
+    with pytest.raises(ValueError, match="NUMA node 4096"):
+        lockstep.load(path, numa=4096)
+    for bad in ("near", -1, True, 1.0):
+        with pytest.raises(ValueError, match="numa must be"):
+            lockstep.load(path, numa=bad)

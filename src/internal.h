@@ -21,6 +21,7 @@
 #define ls_store_release(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ls_store_seqcst(p, v)  __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define ls_fetch_add(p, v, mo) __atomic_fetch_add((p), (v), (mo))
+#define ls_exchange(p, v, mo)  __atomic_exchange_n((p), (v), (mo))
 
 #define LS_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define LS_UNLIKELY(x) __builtin_expect(!!(x), 0)

@@ -7,9 +7,11 @@
  * arrival, as lockstep's COUNTER barrier does.
  *
  * Tasks: a thread may leave once it sees count >= target and no deferred task pending.
- * Every task of the episode was counted in pending before its creator arrived, so
- * pending == 0 seen after the last arrival means all of them have finished (a later
- * zero cannot hide them). While tasks are pending, waiters run queued ones.
+ * Every task of the episode was counted as created before its creator arrived, so
+ * none pending seen after the last arrival means all of them have finished (a later
+ * zero cannot hide them). While tasks are pending, waiters run queued ones. A worker at
+ * the join waits for the master's next arrival only: the master left the region after
+ * its tasks, and the next region's tasks are not this wait's.
  *
  * Parking: a waiter that has spun and yielded its budget registers in bell.sleepers,
  * re-checks, and sleeps on the bell word. Whoever makes a waiter's condition true (the
@@ -48,11 +50,32 @@ void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen)
     ls_futex_wait(&team->bell.value, seen, NULL, 1);
 }
 
+/* Counters only grow, and a task is counted as created before anything can count it
+ * completed (its creator's store is ordered before the push that publishes it). All
+ * completed counts are read before all created ones, so equal sums mean that, at the
+ * moment between, every task created had completed: no task was running to create
+ * more, and no member outside the barrier does. Every slot the pool has counts, not
+ * only the team's: one slot's counts need not match (a member counts the tasks it ran
+ * where another created them), only the sums do; and the master rewrites team->n at
+ * a fork while a worker at the join may still count a task. */
+bool ls_omp_no_pending(const struct ls_omp_team *team)
+{
+    uint32_t n = ls_load_acquire(&team->n_slots);
+    uint64_t completed = ls_load_seqcst(&team->completed_elsewhere);
+    for (uint32_t i = 0; i < n; i++)
+        completed += ls_load_seqcst(&team->slots[i]->completed);
+    uint64_t created = ls_load_seqcst(&team->created_elsewhere);
+    for (uint32_t i = 0; i < n; i++)
+        created += ls_load_seqcst(&team->slots[i]->created);
+    return created == completed;
+}
+
 /* seq_cst loads: after a parker's seq_cst registration they see any waker's write that
  * its read of sleepers missed (plain loads on x86) */
 static inline bool done(struct ls_omp_team *team, uint64_t target, enum ls_omp_wait_kind kind)
 {
-    return (ls_load_seqcst(&team->count) >= target && ls_load_seqcst(&team->pending) == 0 &&
+    return (ls_load_seqcst(&team->count) >= target &&
+            (kind == LS_WAIT_JOIN || ls_omp_no_pending(team)) &&
             (kind != LS_WAIT_GATHER || ls_load_seqcst(&team->leaving) == 0)) ||
            (kind == LS_WAIT_CANCELLABLE && ls_load_seqcst(&team->cancelled));
 }
@@ -84,9 +107,11 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
     int cpu = aware ? sched_getcpu() : -1;
     uint32_t i = 0, idle_spins = 0;
     for (;;) {
-        if (done(team, target, kind))
+        if (done(team, target, kind)) {
+            ls_omp_give_back(t); /* before the team may end */
             return;
-        if (ls_load_relaxed(&team->pending) != 0 && ls_omp_run_one_task(t)) {
+        }
+        if (ls_load_relaxed(&team->queued_any) && ls_omp_run_one_task(t)) {
             i = 0;
             continue;
         }
@@ -114,6 +139,7 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
 
 uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
 {
+    ls_omp_give_back(t); /* a cancelled region's worker waits for no task after this */
     uint64_t target = t->c.next_target;
     t->c.next_target = target + (uint64_t)team->n;
     if (team->slots && !ls_omp_may_spin()) {
@@ -132,7 +158,7 @@ uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
 
 void ls_omp_wait_detached(struct ls_omp_team *team)
 {
-    while (ls_load_acquire(&team->pending) != 0)
+    while (!ls_omp_no_pending(team))
         sched_yield();
 }
 

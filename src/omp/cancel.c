@@ -137,7 +137,7 @@ void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team)
 {
     uint32_t seq = team->region_seq;
     for (;;) {
-        bool all = ls_load_seqcst(&team->pending) == 0 && ls_load_seqcst(&team->leaving) == 0;
+        bool all = ls_omp_no_pending(team) && ls_load_seqcst(&team->leaving) == 0;
         for (int i = 1; all && i < team->n; i++)
             all = ls_load_acquire(&team->slots[i]->joined) == seq;
         if (all)
@@ -145,6 +145,7 @@ void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team)
         if (!ls_omp_run_one_task(t))
             sched_yield();
     }
+    ls_omp_give_back(t);
     uint64_t high = ls_load_relaxed(&team->count);
     for (int i = 1; i < team->n; i++) {
         uint64_t want = ls_load_relaxed(&team->slots[i]->join_target) - 1u;

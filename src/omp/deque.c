@@ -8,8 +8,13 @@
  *
  * A thief reserves the top task (top + 1) before it reads it, so it can look at the
  * task and put it back (a thread in a taskwait takes only its own task's
- * descendants). While a task is reserved the owner sees one more free place than
- * there is, so a push leaves one place empty: the reserved one is never overwritten. */
+ * descendants). While tasks are reserved the owner sees as many more free places
+ * than there are, so a push leaves a batch's places empty (LS_OMP_DEQUE_ROOM): the
+ * reserved ones are never overwritten.
+ *
+ * A thief with no filter takes half of the tasks at once (up to its max): it reserves
+ * them as one, and hands back those the owner popped meanwhile. The
+ * owner's line and the ring's then move once per batch, not once per task. */
 #include "omp_impl.h"
 
 #define MASK (LS_OMP_DEQUE_CAP - 1u)
@@ -22,7 +27,7 @@ static inline int32_t diff(uint32_t a, uint32_t b)
 bool ls_omp_deque_push(struct ls_omp_deque *d, struct ls_omp_task *task, bool *was_empty)
 {
     uint32_t b = ls_load_relaxed(&d->bottom), t = ls_load_acquire(&d->top);
-    if (diff(b, t) >= (int32_t)LS_OMP_DEQUE_CAP - 1)
+    if (diff(b, t) >= LS_OMP_DEQUE_ROOM)
         return false;
     d->ring[b & MASK] = task;
     *was_empty = diff(b, t) <= 0;
@@ -56,22 +61,29 @@ struct ls_omp_task *ls_omp_deque_pop(struct ls_omp_deque *d, uint32_t mark)
     return task;
 }
 
-struct ls_omp_task *ls_omp_deque_steal(struct ls_omp_deque *d,
-                                       bool (*want)(const struct ls_omp_task *, const void *),
-                                       const void *arg)
+uint32_t ls_omp_deque_steal(struct ls_omp_deque *d, struct ls_omp_task **out, uint32_t max,
+                            bool (*want)(const struct ls_omp_task *, const void *),
+                            const void *arg)
 {
     if (!ls_omp_deque_busy(d) || !ls_omp_spin_trylock(&d->lock))
-        return NULL; /* empty, or another thief is at it: try elsewhere */
+        return 0; /* empty, or another thief is at it: try elsewhere */
     uint32_t t = ls_load_relaxed(&d->top);
-    ls_store_seqcst(&d->top, t + 1u);
-    struct ls_omp_task *task = NULL;
-    if (diff(ls_load_seqcst(&d->bottom), t) > 0) {
-        task = d->ring[t & MASK];
-        if (want && !want(task, arg))
-            task = NULL;
+    int32_t avail = diff(ls_load_acquire(&d->bottom), t);
+    uint32_t k = avail > 0 ? ((uint32_t)avail + 1u) / 2u : 0u;
+    if (k > max)
+        k = max;
+    if (k) {
+        ls_store_seqcst(&d->top, t + k);
+        /* the owner may have popped some since: keep only those still below bottom */
+        int32_t left = diff(ls_load_seqcst(&d->bottom), t);
+        if (left < (int32_t)k)
+            k = left > 0 ? (uint32_t)left : 0u;
+        for (uint32_t i = 0; i < k; i++)
+            out[i] = d->ring[(t + i) & MASK];
+        if (k && want && !want(out[0], arg))
+            k = 0; /* the caller takes one: it does not want this one */
+        ls_store_relaxed(&d->top, t + k); /* put back what it does not take */
     }
-    if (!task)
-        ls_store_relaxed(&d->top, t); /* put back */
     ls_omp_spin_unlock(&d->lock);
-    return task;
+    return k;
 }

@@ -119,28 +119,44 @@ struct ls_omp_depnode {
 };
 
 struct ls_omp_task {
-    void (*fn)(void *);
-    void *data;
-    struct ls_omp_task *parent;      /* holds a reference while this task lives */
-    struct ls_omp_taskgroup *group;  /* the group this task is counted in, or NULL */
-    struct ls_omp_taskgroup *inner;  /* innermost group open in this task's body */
-    struct ls_omp_task *next;        /* the team's inbox link */
-    uint32_t children;               /* live child tasks (taskwait waits for 0) */
-    uint32_t refs;                   /* 1 for running + 1 per live child; heap tasks */
-    struct ls_omp_icv *icv;          /* heap tasks: its creator's ICVs, for its run */
-    struct ls_omp_team *team;        /* the team it was created in (NULL: none) */
-    struct ls_omp_depnode *dn;       /* with depend clauses: its dependences, or NULL */
-    struct ls_omp_task *dep_list;    /* as a parent: live children with dependences */
-    uint32_t dep_lock;               /* as a parent: guards dep_list and its children's dn */
-    uint32_t detach;                 /* detach clause: its body and its event still to end */
-    bool counted;                    /* counted in team->pending until it completes */
-    bool final;
-    bool is_explicit;                /* created by a task construct (not implicit) */
-    bool heap;                       /* allocated by task.c and freed at refs == 0 */
-    bool block;                      /* in an LS_OMP_TASK_BLOCK block: a thread may keep it */
+    /* its runner's and creator's fields, apart from finished */
+    union {
+        struct {
+            uint32_t spawned;            /* children it created; only its runner writes it */
+            uint32_t refs;               /* heap tasks: 1 for running + holds; see task_release */
+            void (*fn)(void *);
+            void *data;
+            struct ls_omp_task *parent;  /* lives until this task has finished */
+            struct ls_omp_taskgroup *group;  /* the group this task is counted in, or NULL */
+            struct ls_omp_taskgroup *inner;  /* innermost group open in this task's body */
+            struct ls_omp_task *next;    /* the team's inbox link */
+            struct ls_omp_icv *icv;      /* heap tasks: its creator's ICVs, for its run */
+            struct ls_omp_team *team;    /* the team it was created in (NULL: none) */
+            struct ls_omp_depnode *dn;   /* with depend clauses: its dependences, or NULL */
+            struct ls_omp_task *dep_list;    /* as a parent: live children with dependences */
+            uint32_t dep_lock;           /* as a parent: guards dep_list and its children's dn */
+            uint32_t detach;             /* detach clause: its body and its event still to end */
+            bool counted;                /* pending in its team until it completes */
+            bool final;
+            bool is_explicit;            /* created by a task construct (not implicit) */
+            bool heap;                   /* allocated by task.c: freed when done with */
+            bool parent_heap;            /* its parent is, and so waits for it to finish */
+            bool block;                  /* in an LS_OMP_TASK_BLOCK block: a thread may keep it */
+            struct ls_omp_slot *home;    /* a block: its creator's slot, where it goes back */
+        };
+        char fields_line[LOCKSTEP_CACHELINE];
+    };
+    /* children that finished (less spawned once it has ended: see task_release): the
+     * one field other threads write, on another line than the fields, which its
+     * creator and its runner write; a leaf never touches it */
+    uint32_t finished;
 };
 
-/* A task with every field zero but inner: field by field, as a memset of the struct
+_Static_assert(offsetof(struct ls_omp_task, home) + sizeof(void *) <= LOCKSTEP_CACHELINE,
+               "a task's fields fit the line before finished");
+
+/* A task with every field zero but inner, and finished as it was (0 in a new task and
+ * in a recycled one: see task_release): field by field, as a memset of the struct
  * compiles to `rep stos`, whose start costs tens of cycles, once per region. */
 static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgroup *inner)
 {
@@ -150,7 +166,7 @@ static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgr
     t->group = NULL;
     t->inner = inner;
     t->next = NULL;
-    t->children = 0;
+    t->spawned = 0;
     t->refs = 0;
     t->icv = NULL;
     t->team = NULL;
@@ -158,7 +174,8 @@ static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgr
     t->dep_list = NULL;
     t->dep_lock = 0;
     t->detach = 0;
-    t->counted = t->final = t->is_explicit = t->heap = t->block = false;
+    t->home = NULL;
+    t->counted = t->final = t->is_explicit = t->heap = t->parent_heap = t->block = false;
 }
 
 /* ---- work sharing ------------------------------------------------------------------ */
@@ -208,6 +225,12 @@ struct ls_omp_slot {
     uint32_t joined;        /* the region whose join this member reached (cancel.c) */
     uint64_t join_target;   /* the count that completes its join episode */
     struct ls_omp_deque tasks;
+    /* deferred tasks this member created, and those it completed: written only by it */
+    _Alignas(LOCKSTEP_CACHELINE) uint64_t created;
+    uint64_t completed;
+    /* task blocks this member created, freed by other threads: they push here, the
+     * member takes the whole list when its spares run out (task.c) */
+    _Alignas(LOCKSTEP_CACHELINE) struct ls_omp_task *returned;
 };
 
 struct ls_omp_pool;
@@ -237,7 +260,10 @@ struct ls_omp_team {
     /* the barrier (barrier.c): one line */
     _Alignas(LOCKSTEP_CACHELINE) uint64_t count;   /* arrivals, never reset */
     lockstep_waitword_t bell;                      /* parked waiters sleep here */
-    LS_PADTO(16);
+    /* a task was queued in this region: waiters look in the deques only then (set
+     * once per region, reset by the master at the fork) */
+    uint32_t queued_any;
+    LS_PADTO(20);
 
     /* the region: written by the master before the release */
     _Alignas(LOCKSTEP_CACHELINE) void (*fn)(void *);
@@ -272,12 +298,17 @@ struct ls_omp_team {
     _Alignas(LOCKSTEP_CACHELINE) uint32_t task_lock;
     struct ls_omp_task *inbox;
     uint32_t inboxed;               /* tasks in the inbox */
-    _Alignas(LOCKSTEP_CACHELINE) uint32_t pending; /* queued or running deferred tasks */
-    LS_PADTO(4);
+    /* deferred tasks created or completed by a thread with no slot in this team (a
+     * team of one, an event fulfilled elsewhere); members count theirs in their slots,
+     * so a creator and the thread that ran its task share no counter (ls_omp_pending) */
+    _Alignas(LOCKSTEP_CACHELINE) uint64_t created_elsewhere;
+    uint64_t completed_elsewhere;
+    uint32_t n_slots;               /* slots[0, n_slots) exist (a pool's: only grows) */
+    LS_PADTO(20);
 
     /* the master's own context outside this region, and its implicit task in it */
     struct ls_omp_ctx master_saved;
-    struct ls_omp_task master_implicit;
+    _Alignas(LOCKSTEP_CACHELINE) struct ls_omp_task master_implicit;
     struct ls_omp_team *next_free;  /* serial team cache */
 };
 
@@ -298,6 +329,10 @@ struct ls_omp_thread {
     struct ls_omp_task *spare;      /* freed task blocks kept for reuse (task.c) */
     uint32_t n_spare;
     bool keeps_spares;              /* a worker or a pool's owner: frees them at exit */
+    /* blocks of another member freed here, given back together (task.c) */
+    struct ls_omp_task *give, *give_tail;
+    struct ls_omp_slot *give_to;
+    uint32_t n_give;
     int initialized;
 };
 
@@ -358,6 +393,8 @@ void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen);
 void ls_omp_init_wait(struct ls_omp_team *team);
 /* A team of one: wait until the detached tasks it ran have been fulfilled. */
 void ls_omp_wait_detached(struct ls_omp_team *team);
+/* Whether no deferred task of the team is queued or running; seq_cst loads. */
+bool ls_omp_no_pending(const struct ls_omp_team *team);
 
 /* work.c */
 void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,
@@ -382,6 +419,35 @@ bool ls_omp_start_ull(int sched, bool ordered, bool up, unsigned long long start
                       unsigned long long *is, unsigned long long *ie, void **mem);
 
 /* task.c */
+/* gcc's GOMP_TASK_FLAG_* bits (the ABI) */
+#define LS_OMP_TF_UNTIED 1u
+#define LS_OMP_TF_FINAL 2u
+#define LS_OMP_TF_DEPEND 8u
+#define LS_OMP_TF_GRAINSIZE (1u << 9)
+#define LS_OMP_TF_IF (1u << 10)
+#define LS_OMP_TF_NOGROUP (1u << 11)
+#define LS_OMP_TF_REDUCTION (1u << 12)
+#define LS_OMP_TF_DETACH (1u << 13)
+#define LS_OMP_TF_STRICT (1u << 14) /* grainsize(strict:) and num_tasks(strict:) */
+
+/* The bytes a copy of a task's data needs in a buffer: its size plus room to align. */
+static inline size_t ls_omp_copy_room(long arg_size, long arg_align)
+{
+    return (size_t)arg_size + (arg_align > 1 ? (size_t)arg_align : 1u);
+}
+
+/* Where in buf a copy of a task's data starts: the first arg_align boundary. */
+static inline void *ls_omp_copy_at(void *buf, long arg_align)
+{
+    uintptr_t a = arg_align > 1 ? (uintptr_t)arg_align : 1u;
+    return (void *)(((uintptr_t)buf + a - 1) & ~(a - 1));
+}
+
+/* Create a task (task.c): run at once unless deferrable, queued on this thread's deque
+ * otherwise; depend: its depend clauses (a deferred task of a team of several). */
+void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+                        long arg_size, long arg_align, bool deferrable, bool final,
+                        uintptr_t *detach, void **depend);
 bool ls_omp_run_one_task(struct ls_omp_thread *t);
 void ls_omp_taskwait(struct ls_omp_thread *t);
 void GOMP_taskgroup_start(void);
@@ -397,15 +463,20 @@ void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task);
 bool ls_omp_run_child(struct ls_omp_thread *t);
 bool ls_omp_tasks_queued(const struct ls_omp_thread *t, const struct ls_omp_team *team);
 void ls_omp_spares_free(struct ls_omp_thread *t);
+void ls_omp_returned_free(struct ls_omp_slot *slot);
+void ls_omp_give_back(struct ls_omp_thread *t);
 
 /* deque.c: push at the bottom (false: full); pop the bottom task if it was pushed at or
- * after mark; take the top task of another member's deque if want accepts it (NULL:
- * any); whether a deque holds a task */
+ * after mark; take into out the oldest half, at most max, of another member's tasks
+ * (with want, max is 1 and only a task want accepts): how many; whether a deque holds
+ * a task */
 bool ls_omp_deque_push(struct ls_omp_deque *d, struct ls_omp_task *task, bool *was_empty);
+/* Tasks a deque holds: its places less those a thief may hold reserved (deque.c). */
+#define LS_OMP_DEQUE_ROOM ((int32_t)(LS_OMP_DEQUE_CAP - LS_OMP_STEAL_BATCH))
 struct ls_omp_task *ls_omp_deque_pop(struct ls_omp_deque *d, uint32_t mark);
-struct ls_omp_task *ls_omp_deque_steal(struct ls_omp_deque *d,
-                                       bool (*want)(const struct ls_omp_task *, const void *),
-                                       const void *arg);
+uint32_t ls_omp_deque_steal(struct ls_omp_deque *d, struct ls_omp_task **out, uint32_t max,
+                            bool (*want)(const struct ls_omp_task *, const void *),
+                            const void *arg);
 static inline bool ls_omp_deque_busy(const struct ls_omp_deque *d)
 {
     return (int32_t)(ls_load_seqcst(&d->bottom) - ls_load_seqcst(&d->top)) > 0;
@@ -413,7 +484,7 @@ static inline bool ls_omp_deque_busy(const struct ls_omp_deque *d)
 static inline bool ls_omp_deque_full(const struct ls_omp_deque *d)
 {
     return (int32_t)(ls_load_relaxed(&d->bottom) - ls_load_acquire(&d->top)) >=
-           (int32_t)LS_OMP_DEQUE_CAP - 1;
+           LS_OMP_DEQUE_ROOM;
 }
 
 /* depend.c: a clause list's entries (counted when deps is NULL); link x after its

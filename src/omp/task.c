@@ -2,8 +2,9 @@
  *
  * A deferred task is copied to a block (kept per thread for reuse) and pushed on its
  * creator's deque (deque.c): the creator runs its own newest first, the team's other
- * members take the oldest when they wait. pending counts a task until it finishes, and
- * the team barrier does not release an episode while pending > 0 (team.c), so every
+ * members take the oldest when they wait. A task is pending from its creation until it
+ * completes (each member counts those it created and those it completed, in its slot),
+ * and the team barrier does not release an episode while any is (barrier.c), so every
  * task created in a region has run when the region, or a barrier in it, ends. Any
  * thread of the team runs queued tasks while it waits at a barrier or at the join;
  * taskwait and taskgroup end run only descendants of the waiting task (the task
@@ -15,50 +16,86 @@
  * has depend clauses, in which case its parent's earlier children finish first, so it
  * runs after every sibling it could depend on, in creation order.
  *
- * Lifetime: a heap task holds one reference for its run and one per live child (a
- * child decrements its parent's counts when it finishes); the last reference frees
- * it. Implicit tasks are never freed: a region ends only after all its tasks. */
+ * Lifetime: a heap task lives until its run (and any hold on it) has ended and its
+ * children have finished (task_release); its block then goes back to the member that
+ * created it. Implicit tasks are never freed: a region ends only after all its tasks. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "omp_impl.h"
 
-/* gcc's GOMP_TASK_FLAG_* bits (the ABI) */
-#define F_UNTIED 1u
-#define F_FINAL 2u
-#define F_DEPEND 8u
-#define F_GRAINSIZE (1u << 9)
-#define F_IF (1u << 10)
-#define F_NOGROUP (1u << 11)
-#define F_REDUCTION (1u << 12)
-#define F_DETACH (1u << 13)
-#define F_STRICT (1u << 14) /* grainsize(strict:) and num_tasks(strict:) */
+/* The slot of t's place in a team with deques, NULL in none. */
+static inline struct ls_omp_slot *own_slot(const struct ls_omp_thread *t)
+{
+    return t->c.deque ? (struct ls_omp_slot *)(void *)((char *)t->c.deque -
+                                                       offsetof(struct ls_omp_slot, tasks))
+                      : NULL;
+}
 
-/* A task of size bytes; a block from the thread's spares when it fits one. */
+/* A task of size bytes: a block from the thread's spares when it fits one, else from
+ * the blocks other threads gave back to its slot, else new. */
 static struct ls_omp_task *task_alloc(struct ls_omp_thread *t, size_t size)
 {
-    if (size > LS_OMP_TASK_BLOCK)
-        return malloc(size);
-    struct ls_omp_task *task = t->spare;
-    if (task) {
-        t->spare = task->next;
-        t->n_spare--;
-    } else {
-        task = malloc(LS_OMP_TASK_BLOCK);
+    struct ls_omp_task *task = NULL;
+    if (size <= LS_OMP_TASK_BLOCK) {
+        struct ls_omp_slot *slot;
+        size = LS_OMP_TASK_BLOCK;
+        task = t->spare;
+        if (!task && (slot = own_slot(t)) && ls_load_relaxed(&slot->returned))
+            task = ls_exchange(&slot->returned, NULL, __ATOMIC_ACQUIRE);
+        if (task) {
+            t->spare = task->next;
+            if (t->n_spare)
+                t->n_spare--;
+            return task;
+        }
     }
+    task = malloc(size);
+    if (task)
+        task->finished = 0;
     return task;
 }
 
-/* The last reference is gone: the block joins the releasing thread's spares (a thread
- * that frees them when it ends), else goes back to malloc. */
-static void task_release(struct ls_omp_task *task)
+/* Push the blocks this thread holds for another member onto that member's slot. */
+void ls_omp_give_back(struct ls_omp_thread *t)
 {
-    if (!task->heap || ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
+    if (!t->give)
         return;
+    struct ls_omp_slot *home = t->give_to;
+    struct ls_omp_task *head = ls_load_relaxed(&home->returned);
+    do /* a stack only pushed to and taken whole: no ABA */
+        t->give_tail->next = head;
+    while (!__atomic_compare_exchange_n(&home->returned, &head, t->give, true, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+    t->give = NULL;
+    t->n_give = 0;
+}
+
+/* The task's memory is no longer needed. A block another member created goes back to
+ * it (so a creator whose tasks run elsewhere reuses its blocks instead of taking new
+ * ones from malloc, where this thread's frees would contend for its arena), in
+ * batches, so its slot's line moves once per batch; a member holding some gives them
+ * back before any wait of its team ends (ls_omp_wait), so none outlives the team.
+ * Others join this thread's spares (a thread that frees them when it ends), else go
+ * back to malloc. */
+static void recycle(struct ls_omp_task *task)
+{
     struct ls_omp_thread *t = ls_omp_thr();
-    if (task->block && t->keeps_spares && t->n_spare < LS_OMP_TASK_SPARES) {
+    struct ls_omp_slot *home = task->home, *own = own_slot(t);
+    if (home && home != own) {
+        if (t->give_to != home)
+            ls_omp_give_back(t);
+        if (!t->give)
+            t->give_tail = task;
+        task->next = t->give;
+        t->give = task;
+        t->give_to = home;
+        if (++t->n_give >= LS_OMP_TASK_GIVE_BATCH || !own)
+            ls_omp_give_back(t); /* a thread of no team has no wait that would */
+    } else if (task->block && t->keeps_spares && t->n_spare < LS_OMP_TASK_SPARES) {
         task->next = t->spare;
         t->spare = task;
         t->n_spare++;
@@ -67,14 +104,77 @@ static void task_release(struct ls_omp_task *task)
     }
 }
 
+/* Drop a reference to a heap task (its run's, or a hold). A task lives until it has
+ * ended and its children have finished, counted without a word that both its
+ * creations and its children's ends write: children add 1 to finished as they end;
+ * the last reference subtracts spawned (final by then). Whichever brings finished to
+ * 0 frees the task; before the subtraction finished is its children's count, so no
+ * child's addition reaches 0. A leaf's finished stays 0, and a task nothing else
+ * holds (none can take a hold once others may run it) skips the subtraction on refs:
+ * the thread that ran it writes to it only to give it back. */
+static void task_release(struct ls_omp_task *task)
+{
+    if (!task->heap)
+        return;
+    if (ls_load_acquire(&task->refs) != 1u &&
+        ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
+        return;
+    uint32_t spawned = task->spawned;
+    if (spawned == 0 || ls_fetch_add(&task->finished, 0u - spawned, __ATOMIC_ACQ_REL) == spawned)
+        recycle(task);
+}
+
+static void free_list(struct ls_omp_task *task)
+{
+    while (task) {
+        struct ls_omp_task *next = task->next;
+        free(task);
+        task = next;
+    }
+}
+
 void ls_omp_spares_free(struct ls_omp_thread *t)
 {
-    while (t->spare) {
-        struct ls_omp_task *next = t->spare->next;
-        free(t->spare);
-        t->spare = next;
-    }
+    free_list(t->spare);
+    t->spare = NULL;
     t->n_spare = 0;
+}
+
+/* The team is gone: every task of it has ended, so nothing is pushed here any more. */
+void ls_omp_returned_free(struct ls_omp_slot *slot)
+{
+    free_list(slot->returned);
+    slot->returned = NULL;
+}
+
+/* t's slot in team, where it counts the team's tasks; NULL if it has none there. */
+static inline struct ls_omp_slot *slot_in(const struct ls_omp_thread *t,
+                                          const struct ls_omp_team *team)
+{
+    return t->c.team == team ? own_slot(t) : NULL;
+}
+
+/* A deferred task of team is created: counted before anything publishes it. */
+static void count_created(struct ls_omp_thread *t, struct ls_omp_team *team)
+{
+    struct ls_omp_slot *slot = slot_in(t, team);
+    if (slot)
+        ls_store_relaxed(&slot->created, ls_load_relaxed(&slot->created) + 1u);
+    else
+        ls_fetch_add(&team->created_elsewhere, 1u, __ATOMIC_RELAXED);
+}
+
+/* A deferred task of team completed; with the last pending one, a parked waiter at
+ * its barrier may leave (the seq_cst count before the seq_cst read of sleepers). */
+static void count_completed(struct ls_omp_team *team)
+{
+    struct ls_omp_slot *slot = slot_in(ls_omp_thr(), team);
+    if (slot)
+        ls_store_seqcst(&slot->completed, ls_load_relaxed(&slot->completed) + 1u);
+    else
+        ls_fetch_add(&team->completed_elsewhere, 1u, __ATOMIC_SEQ_CST);
+    if (ls_load_seqcst(&team->bell.sleepers) != 0 && ls_omp_no_pending(team))
+        ls_omp_ring(team);
 }
 
 /* A task is complete: its parent, its taskgroup and the team's barrier stop waiting
@@ -92,13 +192,13 @@ static void complete_task(struct ls_omp_task *task)
     if (group)
         ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
     if (parent) {
-        ls_fetch_add(&parent->children, (uint32_t)-1, __ATOMIC_RELEASE);
-        task_release(parent);
+        if (ls_fetch_add(&parent->finished, 1u, __ATOMIC_ACQ_REL) == (uint32_t)-1 &&
+            task->parent_heap)
+            recycle(parent); /* it had ended: this was its last child */
     }
     task_release(task);
-    /* the last pending task: a barrier may now complete */
-    if (counted && team && ls_fetch_add(&team->pending, (uint32_t)-1, __ATOMIC_SEQ_CST) == 1u)
-        ls_omp_ring(team);
+    if (counted && team)
+        count_completed(team);
 }
 
 /* Run a task on this thread, then retire it (a detached task: once fulfilled too). */
@@ -180,8 +280,15 @@ static struct ls_omp_task *find(struct ls_omp_thread *t, uint32_t mark,
     struct ls_omp_team *team = t->c.team;
     for (int i = 1, n = t->c.n; i < n; i++) {
         int v = t->c.tid + i < n ? t->c.tid + i : t->c.tid + i - n;
-        if ((task = ls_omp_deque_steal(&team->slots[v]->tasks, want, arg)))
-            return task;
+        /* with a filter, one task it accepts; else a batch: the first runs, the rest
+         * are queued here */
+        struct ls_omp_task *batch[LS_OMP_STEAL_BATCH];
+        uint32_t k = ls_omp_deque_steal(&team->slots[v]->tasks, batch,
+                                        want ? 1u : LS_OMP_STEAL_BATCH, want, arg);
+        for (uint32_t j = k; j-- > 1;)
+            ls_omp_task_enqueue(team, batch[j]);
+        if (k)
+            return batch[0];
     }
     return inbox_take(team, want, arg);
 }
@@ -223,15 +330,15 @@ bool ls_omp_run_child(struct ls_omp_thread *t)
     return task != NULL;
 }
 
-/* Until *count is 0, run queued descendants of this thread's task; between tries,
- * wait a little for the count (the rest run on other threads). */
-static void run_until_zero(struct ls_omp_thread *t, uint32_t *count)
+/* Until *count reads want, run queued descendants of this thread's task; between
+ * tries, wait a little for the count (the rest run on other threads). */
+static void run_until(struct ls_omp_thread *t, uint32_t *count, uint32_t want)
 {
-    while (ls_load_acquire(count) != 0) {
+    while (ls_load_acquire(count) != want) {
         if (ls_omp_run_child(t))
             continue;
         bool spin = ls_omp_may_spin();
-        for (unsigned i = 0; i < LS_OMP_RESCAN_SPIN && ls_load_acquire(count) != 0; i++) {
+        for (unsigned i = 0; i < LS_OMP_RESCAN_SPIN && ls_load_acquire(count) != want; i++) {
             if (spin)
                 ls_cpu_relax();
             else
@@ -242,20 +349,8 @@ static void run_until_zero(struct ls_omp_thread *t, uint32_t *count)
 
 void ls_omp_taskwait(struct ls_omp_thread *t)
 {
-    run_until_zero(t, &t->c.task->children);
-}
-
-/* The bytes a copy of a task's data needs in a buffer: its size plus room to align. */
-static size_t copy_room(long arg_size, long arg_align)
-{
-    return (size_t)arg_size + (arg_align > 1 ? (size_t)arg_align : 1u);
-}
-
-/* Where in buf a copy of a task's data starts: the first arg_align boundary. */
-static void *copy_at(void *buf, long arg_align)
-{
-    uintptr_t a = arg_align > 1 ? (uintptr_t)arg_align : 1u;
-    return (void *)(((uintptr_t)buf + a - 1) & ~(a - 1));
+    struct ls_omp_task *task = t->c.task;
+    run_until(t, &task->finished, task->spawned);
 }
 
 static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool final)
@@ -266,10 +361,9 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
     task->inner = task->group;
     task->final = final;
     task->is_explicit = true;
-    task->children = 0;
-    ls_fetch_add(&parent->children, 1u, __ATOMIC_RELAXED);
-    if (parent->heap)
-        ls_fetch_add(&parent->refs, 1u, __ATOMIC_RELAXED);
+    task->spawned = 0; /* finished is 0 already (task_alloc) */
+    task->parent_heap = parent->heap;
+    parent->spawned++; /* only this thread runs the parent */
     if (task->group)
         ls_fetch_add(&task->group->count, 1u, __ATOMIC_RELAXED);
 }
@@ -278,6 +372,8 @@ void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task)
 {
     struct ls_omp_thread *t = ls_omp_thr();
     bool was_empty;
+    if (!ls_load_relaxed(&team->queued_any))
+        ls_store_relaxed(&team->queued_any, 1u);
     if (t->c.team == team && t->c.deque && ls_omp_deque_push(t->c.deque, task, &was_empty)) {
         if (was_empty) /* waiters park only when they see every deque empty */
             ls_omp_ring(team);
@@ -294,7 +390,7 @@ void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task)
 
 /* depend: the task's depend clauses, for a deferred task of a team of several (it waits
  * for its predecessors); NULL otherwise. */
-static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
+void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
                         long arg_size, long arg_align, bool deferrable, bool final,
                         uintptr_t *detach, void **depend)
 {
@@ -305,18 +401,23 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     if (!defer && (!team || team->n == 1) && !detach) {
         /* a team of one: everything runs here and now, children included, so the
          * task can live on this stack; no other thread sees it from start to end, so
-         * its parent and taskgroup need not count it (set field by field: a memset of
-         * the struct compiles to a slow `rep stos`) */
+         * its parent and taskgroup need not count it (copied from a cleared one: a
+         * memset, or an initializer, of the struct compiles to a slow `rep stos`) */
         struct ls_omp_task *parent = t->c.task;
         /* a task of a cancelled region or taskgroup is discarded, as if queued */
         if (LS_UNLIKELY(ls_omp_g.cancellation) && ls_omp_cancelled_in(team, parent->inner))
             return;
-        struct ls_omp_task task = {.fn = fn, .data = data, .parent = parent,
-                                   .group = parent->inner, .inner = parent->inner,
-                                   .final = final, .is_explicit = true};
-        char buf[cpyfn ? copy_room(arg_size, arg_align) : 1];
+        static const struct ls_omp_task cleared;
+        struct ls_omp_task task = cleared;
+        task.fn = fn;
+        task.data = data;
+        task.parent = parent;
+        task.group = task.inner = parent->inner;
+        task.final = final;
+        task.is_explicit = true;
+        char buf[cpyfn ? ls_omp_copy_room(arg_size, arg_align) : 1];
         if (cpyfn) { /* without one, the data is used in place, as it is not deferred */
-            task.data = copy_at(buf, arg_align);
+            task.data = ls_omp_copy_at(buf, arg_align);
             cpyfn(task.data, data);
         }
         run_body(t, &task);
@@ -329,7 +430,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     bool own_icv = t->icv_dirty || !team; /* else its team's ICVs are its creator's */
     size_t icv_room = own_icv ? sizeof(struct ls_omp_icv) : 0;
     size_t head = sizeof(struct ls_omp_task) + icv_room + deps_room;
-    size_t size = head + copy_room(arg_size, arg_align);
+    size_t size = head + ls_omp_copy_room(arg_size, arg_align);
     struct ls_omp_task *task = task_alloc(t, size);
     if (!task) {
         ls_omp_warn("out of memory for a task");
@@ -337,6 +438,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     }
     ls_omp_task_clear(task, NULL);
     task->block = size <= LS_OMP_TASK_BLOCK;
+    task->home = task->block ? own_slot(t) : NULL;
     task->fn = fn;
     task->refs = 1;
     task->team = team;
@@ -349,7 +451,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
         task->dn->deps = (struct ls_omp_dep *)(task->dn + 1);
         task->dn->ndeps = ls_omp_deps_parse(depend, task->dn->deps);
     }
-    task->data = copy_at((char *)task + head, arg_align);
+    task->data = ls_omp_copy_at((char *)task + head, arg_align);
     if (detach) {
         /* the event is the task: its handle goes to the clause's variable and to the
          * data's first word, where the body reads it, before the data is copied */
@@ -370,7 +472,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
          * barriers wait for it; run undeferred (if(0)), its creator waits for it here */
         task->counted = detach && team && deferrable;
         if (task->counted)
-            ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
+            count_created(t, team);
         if (detach && !deferrable)
             ls_fetch_add(&task->refs, 1u, __ATOMIC_RELAXED); /* held for the wait below */
         run_task(t, task);
@@ -383,7 +485,7 @@ static void create_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
         return;
     }
     task->counted = true;
-    ls_fetch_add(&team->pending, 1u, __ATOMIC_RELAXED);
+    count_created(t, team);
     /* with predecessors, the last of them to complete queues it */
     if (!task->dn || ls_omp_deps_link(t->c.task, task, true) == 0)
         ls_omp_task_enqueue(team, task);
@@ -398,15 +500,15 @@ LS_OMP_EXPORT void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void 
     /* inside a final task every task is included: undeferred, and final itself */
     bool included = t->c.task->final;
     struct ls_omp_team *team = t->c.team;
-    bool graph = (flags & F_DEPEND) && depend && if_clause && !included && team &&
+    bool graph = (flags & LS_OMP_TF_DEPEND) && depend && if_clause && !included && team &&
                  team->n > 1 && team->pool;
-    if ((flags & F_DEPEND) && depend && !graph) {
+    if ((flags & LS_OMP_TF_DEPEND) && depend && !graph) {
         /* a team of one or an included task: it runs now (a detached one may end
          * later), once its predecessors have completed */
         ls_omp_wait_depend(t, depend);
     }
-    create_task(fn, data, cpyfn, arg_size, arg_align, if_clause && !included,
-                included || (flags & F_FINAL), (flags & F_DETACH) ? (uintptr_t *)detach : NULL,
+    ls_omp_task_create(fn, data, cpyfn, arg_size, arg_align, if_clause && !included,
+                included || (flags & LS_OMP_TF_FINAL), (flags & LS_OMP_TF_DETACH) ? (uintptr_t *)detach : NULL,
                 graph ? depend : NULL);
 }
 
@@ -429,7 +531,7 @@ static void no_body(void *data)
  * after a task with them; an empty task carries them */
 LS_OMP_EXPORT void GOMP_taskwait_depend_nowait(void **depend)
 {
-    GOMP_task(no_body, NULL, NULL, 0, 1, true, F_DEPEND, depend, 0, NULL);
+    GOMP_task(no_body, NULL, NULL, 0, 1, true, LS_OMP_TF_DEPEND, depend, 0, NULL);
 }
 
 LS_OMP_EXPORT int omp_in_explicit_task(void)
@@ -463,100 +565,7 @@ LS_OMP_EXPORT void GOMP_taskgroup_end(void)
     struct ls_omp_taskgroup *g = t->c.task->inner;
     if (!g)
         return;
-    run_until_zero(t, &g->count);
+    run_until(t, &g->count, 0);
     t->c.task->inner = g->prev;
     free(g);
-}
-
-/* ---- taskloop ------------------------------------------------------------------------------ */
-
-/* Split [start, end) by step into tasks; each task's copy of data starts with its own
- * first and past-the-end values, as gcc's outlined body reads them. up: the direction. */
-static void taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
-                     long arg_size, long arg_align, unsigned flags, unsigned long num_tasks,
-                     uint64_t start, uint64_t end, uint64_t step, bool up, bool is_long)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    uint64_t span = up ? end - start : start - end;
-    uint64_t stride = up ? step : 0u - step;
-    bool empty = is_long ? (up ? (int64_t)start >= (int64_t)end : (int64_t)start <= (int64_t)end)
-                         : (up ? start >= end : start <= end);
-    if (empty || stride == 0) {
-        /* no task: the compiler's code learns from d[2] = 0 that nothing registered */
-        if ((flags & (F_REDUCTION | F_NOGROUP)) == F_REDUCTION)
-            ((uintptr_t **)data)[2][2] = 0;
-        return;
-    }
-    uint64_t iters = span / stride + (span % stride != 0);
-    uint64_t ntasks, strict_len = 0;
-    if ((flags & F_GRAINSIZE) && (flags & F_STRICT) && num_tasks) {
-        /* every task has exactly the grain, the last one the rest */
-        strict_len = num_tasks;
-        ntasks = iters / num_tasks + (iters % num_tasks != 0);
-    } else if (flags & F_GRAINSIZE)
-        ntasks = num_tasks ? iters / num_tasks : iters;
-    else if (num_tasks)
-        ntasks = num_tasks;
-    else
-        ntasks = t->c.team ? (uint64_t)t->c.team->n : 1u;
-    if (ntasks < 1)
-        ntasks = 1;
-    if (ntasks > iters)
-        ntasks = iters;
-    if (!(flags & F_NOGROUP)) {
-        GOMP_taskgroup_start();
-        if (flags & F_REDUCTION) /* the data starts {first, past-the-end, reductions} */
-            GOMP_taskgroup_reduction_register(((uintptr_t **)data)[2]);
-    }
-    bool final = t->c.task->final;
-    char *buf = malloc(copy_room(arg_size, arg_align));
-    if (!buf) {
-        ls_omp_warn("out of memory for a taskloop");
-        abort();
-    }
-    void *copy = copy_at(buf, arg_align);
-    uint64_t q = iters / ntasks, r = iters % ntasks, first = 0;
-    for (uint64_t k = 0; k < ntasks; k++) {
-        uint64_t len = strict_len ? (k + 1 < ntasks ? strict_len : iters - first) : q + (k < r);
-        if (cpyfn)
-            cpyfn(copy, data);
-        else
-            memcpy(copy, data, (size_t)arg_size);
-        uint64_t lo = start + first * step, hi = start + (first + len) * step;
-        if (is_long) {
-            ((long *)copy)[0] = (long)lo;
-            ((long *)copy)[1] = (long)hi;
-        } else {
-            ((unsigned long long *)copy)[0] = lo;
-            ((unsigned long long *)copy)[1] = hi;
-        }
-        first += len;
-        /* the copy is complete: no further copy function */
-        create_task(fn, copy, NULL, arg_size, arg_align, (flags & F_IF) && !final, final, NULL,
-                    NULL);
-    }
-    free(buf);
-    if (!(flags & F_NOGROUP))
-        GOMP_taskgroup_end();
-}
-
-LS_OMP_EXPORT void GOMP_taskloop(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
-                                 long arg_size, long arg_align, unsigned flags,
-                                 unsigned long num_tasks, int priority, long start, long end,
-                                 long step)
-{
-    (void)priority;
-    taskloop(fn, data, cpyfn, arg_size, arg_align, flags, num_tasks, (uint64_t)start,
-             (uint64_t)end, (uint64_t)step, step > 0, true);
-}
-
-LS_OMP_EXPORT void GOMP_taskloop_ull(void (*fn)(void *), void *data,
-                                     void (*cpyfn)(void *, void *), long arg_size,
-                                     long arg_align, unsigned flags, unsigned long num_tasks,
-                                     int priority, unsigned long long start,
-                                     unsigned long long end, unsigned long long step)
-{
-    (void)priority;
-    taskloop(fn, data, cpyfn, arg_size, arg_align, flags, num_tasks, start, end, step,
-             (flags & 256u) != 0, false);
 }

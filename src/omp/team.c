@@ -28,6 +28,9 @@ struct ls_omp_worker {
     int tid;
     int place;                    /* the place it is bound to, -1: none */
     struct ls_omp_pool *pool;
+    /* its implicit task in the team: here, not in the thread's TLS, so that the line
+     * the tasks it creates write as they finish neighbours nothing the thread writes */
+    _Alignas(LOCKSTEP_CACHELINE) struct ls_omp_task implicit;
 };
 
 struct ls_omp_pool {
@@ -53,6 +56,7 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
                        struct ls_omp_task *implicit)
 {
     ls_omp_task_clear(implicit, team->implicit_group);
+    implicit->finished = 0;
     t->c.team = team;
     t->c.tid = tid;
     t->c.n = team->n;
@@ -116,7 +120,7 @@ static void *worker_main(void *arg)
         }
         struct ls_omp_team *team = &pool->team;
         for (;;) {
-            enter_team(t, team, w->tid, &t->implicit);
+            enter_team(t, team, w->tid, &w->implicit);
             team->fn(team->data);
             /* the join: arrive, and wait for the master's arrival, which forks the
              * next region (team->n is the master's to rewrite meanwhile: the wait
@@ -159,8 +163,11 @@ static void pool_free(struct ls_omp_pool *pool)
      * deques */
     for (int i = 1; i <= pool->n_workers; i++)
         pthread_join(pool->workers[i]->thread, NULL);
-    for (int i = 1; i <= pool->n_workers; i++)
+    ls_omp_returned_free(&pool->master_slot);
+    for (int i = 1; i <= pool->n_workers; i++) {
+        ls_omp_returned_free(&pool->workers[i]->slot);
         free(pool->workers[i]);
+    }
     free(pool->workers);
     free(team->slots);
     for (unsigned i = 0; i < LS_OMP_WS_RING; i++) {
@@ -212,6 +219,7 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
         return NULL;
     }
     pool->team.slots[0] = &pool->master_slot;
+    pool->team.n_slots = 1;
     pool->team.pool = pool;
     pool->cur_n = 1;
     pool->fork_gen = ls_fork_gen();
@@ -305,6 +313,7 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         }
         pool->workers[tid] = w;
         pool->n_workers = tid;
+        ls_store_release(&pool->team.n_slots, (uint32_t)tid + 1u); /* slots[tid] is set */
         LS_OMP_COUNT(workers, 1);
     }
     pthread_attr_destroy(&attr);
@@ -424,6 +433,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
             team->base = ls_load_relaxed(&team->count);
         }
         team->n = n;
+        ls_store_relaxed(&team->queued_any, 0u); /* the last region's tasks have all run */
         pool->busy = true;
         /* release: a worker that sees the new number (cancel.c) sees the region's fields */
         ls_store_release(&team->region_seq, team->region_seq + 1u);

@@ -16,6 +16,14 @@
 #define LS_OMP_TASK_BLOCK 256u
 #define LS_OMP_TASK_SPARES 256u
 
+/* Blocks a thread frees for another member go back to it this many at a time: one
+ * move of the member's return line per batch instead of one per task. */
+#define LS_OMP_TASK_GIVE_BATCH 32u
+
+/* A thief waiting at a barrier takes half of a member's queued tasks, up to this
+ * many: the lines they share then move once per batch, not once per task. */
+#define LS_OMP_STEAL_BATCH 16u
+
 /* Pause rounds a taskwait with nothing to run waits for its count before it looks for
  * tasks again: a child running elsewhere may queue descendants it can take. */
 #define LS_OMP_RESCAN_SPIN 32u

@@ -2,6 +2,8 @@
  * if(0) and final, taskloop with grainsize and num_tasks, taskyield, and the tied-task
  * scheduling constraint while every thread makes and steals tasks. */
 #include <omp.h>
+#include <string.h>
+
 #include "check.h"
 
 /* The implicit task (by thread number) whose taskwait this thread is in, or -1: a
@@ -57,23 +59,28 @@ int main(void)
 {
     corpus_start();
     long checksum = 0;
-    enum { FAN = 10000 };
+    /* fans, each task run exactly once: several, so that thieves taking batches meet
+     * a creator whose deque is full */
+    enum { FAN = 10000, FANS = 24 };
     static int done[FAN];
     long count = 0;
+    for (int rep = 0; rep < FANS; rep++) {
+        memset(done, 0, sizeof done);
 #pragma omp parallel
 #pragma omp single
-    for (int i = 0; i < FAN; i++) {
+        for (int i = 0; i < FAN; i++) {
 #pragma omp task firstprivate(i)
-        {
-            done[i]++;
+            {
+                done[i]++;
 #pragma omp atomic
-            count++;
+                count++;
+            }
         }
+        for (int i = 0; i < FAN; i++)
+            CHECK(done[i] == 1);
     }
-    CHECK(count == FAN);
-    for (int i = 0; i < FAN; i++)
-        CHECK(done[i] == 1);
-    checksum += count;
+    CHECK(count == (long)FAN * FANS);
+    checksum += count / FANS;
 
     long f = 0;
 #pragma omp parallel

@@ -46,6 +46,13 @@ int ls_wait_until_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
                         uint32_t target, uint64_t deadline_ns);
 void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t *sleepers);
 
+/* The one rule for a waiter when the participants outnumber the CPUs and every one it
+ * still misses last ran on another CPU (most likely running there now): spin this
+ * many PAUSE rounds (LS_WAIT_ELSEWHERE_NS, src/wait/tuning.h) before yielding, as a
+ * yield would hand this CPU to a thread that only waits too. Each waiter knows where
+ * its peers ran (the OpenMP team's slots, the communicator's control blocks). */
+uint32_t ls_wait_elsewhere_spins(void);
+
 /* Register this process (once) for membarrier's global expedited command: 1 when it
  * is. A process-shared lockstep_wait_t may then carry LOCKSTEP_WAIT_F_ASYM (publish
  * with a plain store; a parker's membarrier fences every registered process), but only

@@ -12,7 +12,7 @@
  *   idle     — CPU-seconds per second burned from 10 ms to 210 ms after a region
  *   pingpong — ns per cache-line round trip between two threads on two CPUs (IMPL ignored)
  *   calibrate — PAUSE cost and the wake-up latency of a parked thread (p50, p99),
- *               the measurements behind LOCKSTEP_SPIN_NS in wait.h */
+ *               the measurements behind LS_WAIT_SPIN_NS (src/wait/tuning.h) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -192,7 +192,7 @@ static double pingpong_rep(long iters, int cpu0, int cpu1)
     return ns;
 }
 
-/* ---- calibration behind LOCKSTEP_SPIN_NS ------------------------------------------ */
+/* ---- calibration behind LS_WAIT_SPIN_NS ------------------------------------------- */
 
 /* Wake-up latency: from the store that publishes a value to the moment the thread
  * parked on it (FUTEX_WAIT) runs again. The waker pauses 100 us between rounds so that

@@ -15,11 +15,11 @@
  * arrive soon; in particular, when that thread was itself parked and has just been
  * woken, it needs the kernel's wake-up latency before it runs. With a budget below
  * the typical wake-up latency a pair of threads falls into a convoy: each parks just
- * before the other arrives, and every barrier then costs a futex hand-off. So
- * LOCKSTEP_SPIN_NS lies above the tail of that latency (`lockstep_bench_threads auto
- * calibrate 1 5` measures it), and a woken partner is almost always met while still
- * spinning. An idle pool spins that long once, then parks. The budget is turned into
- * PAUSE iterations by timing PAUSE once per process.
+ * before the other arrives, and every barrier then costs a futex hand-off. So the
+ * budget (the library's src/wait/tuning.h) lies above the tail of that latency
+ * (`lockstep_bench_threads auto calibrate 1 5` measures it), and a woken partner is
+ * almost always met while still spinning. An idle pool spins that long once, then
+ * parks. The budget is turned into PAUSE iterations by timing PAUSE once per process.
  *
  * Policy (like OMP_WAIT_POLICY):
  *   active  — spin and yield, never park (lowest latency, burns CPU while idle);
@@ -43,13 +43,6 @@ extern "C" {
  * adjacent-line prefetcher pulls lines in 128-byte pairs, so two words 64 bytes apart
  * still contend. */
 #define LOCKSTEP_CACHELINE 128
-
-#define LOCKSTEP_SPIN_NS 40000u  /* above the wake-up latency's tail: see the top of this file */
-#define LOCKSTEP_YIELDS 16u      /* yields before parking */
-/* Yields before parking when participants outnumber CPUs (auto policy). A yield then
- * hands the CPU straight to a thread we are waiting for, which a park/wake pair does
- * only a wake-up latency later. */
-#define LOCKSTEP_YIELDS_OVERSUBSCRIBED 64u
 
 typedef enum lockstep_wait_policy {
     LOCKSTEP_WAIT_DEFAULT = 0, /* LOCKSTEP_WAIT_POLICY from the environment, else auto */

@@ -11,10 +11,8 @@
 
 /* Waiting for peers when ranks outnumber CPUs. The wait policy then yields at once,
  * which is right while a peer that has not arrived needs this CPU. But when every
- * missing peer last ran on another CPU, it is most likely running there now, and a
- * yield would hand this CPU to a sibling that is only waiting too: a process switch
- * before the arrival is seen, and often one more back. So in that case spin first,
- * for at most LS_REMOTE_SPIN_NS, then wait as usual. Where a rank runs is a hint it
+ * missing peer last ran on another CPU, waiting's rule (ls_wait_elsewhere_spins)
+ * spins first, then waits as usual. Where a rank runs is a hint it
  * publishes next to the word peers wait on (ann.where for announcements, own.where for
  * steps); -1, unknown, counts as this CPU. */
 static int track_cpu(const lockstep_comm_t *c)
@@ -59,12 +57,9 @@ static int wait_peers(lockstep_comm_t *c, struct ls_peer_words pw, uint32_t t, i
         if (*deadline == LS_NO_DEADLINE_YET)
             *deadline = ls_comm_deadline(c);
         if (cpu >= 0 && all_missing_elsewhere(c, pw, t, cpu)) {
-            uint64_t until = lockstep_now_ns() + LS_REMOTE_SPIN_NS;
-            for (unsigned i = 1; !ls_reached(ls_load_acquire(&w->value), t); i++) {
+            uint32_t budget = ls_wait_elsewhere_spins();
+            for (uint32_t i = 0; i < budget && !ls_reached(ls_load_acquire(&w->value), t); i++)
                 ls_cpu_relax();
-                if (!(i & 63) && lockstep_now_ns() >= until)
-                    break;
-            }
         }
         int rc = ls_comm_wait_word(c, r, w, t, *deadline);
         if (rc)

@@ -5,7 +5,6 @@
  * offers it. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "comm_impl.h"
+#include "../wait/kernel.h"
 
 /* where kernel-copy calls post their source and destination: after the zero-copy
  * offsets */
@@ -111,7 +111,7 @@ void ls_kcopy_drain(lockstep_comm_t *c)
             if (now >= until)
                 return;
             if (i < 64)
-                sched_yield();
+                ls_yield();
             else
                 usleep(50);
         }

@@ -138,11 +138,6 @@ struct ls_kcopy_window {
 /* Liveness and the cancel callback are checked this often while a call waits */
 #define LS_SLICE_NS (10ull * 1000 * 1000)
 
-/* Ranks outnumbering CPUs: a waiter whose missing peers all last ran on other CPUs
- * spins this long before yielding, since those peers are most likely running now and
- * a yield would hand the CPU to a rank that only waits too */
-#define LS_REMOTE_SPIN_NS 5000u
-
 /* A failed rank waits at most this for a peer's kernel copy into it to end; only a
  * writer that cannot run (stopped) takes this long */
 #define LS_DRAIN_NS (2000ull * 1000 * 1000)

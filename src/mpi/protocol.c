@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "mpi_impl.h"
+#include "../wait/kernel.h"
 
 /* ---- the leaders' reduction: lockstep's kernels as non-commutative MPI ops -------- */
 
@@ -68,7 +68,7 @@ int ls_mpi_wait(lockstep_mpi_comm_t *c, MPI_Request *req, int mpi_rc)
         if (done)
             return 0;
         if (i > 64)
-            sched_yield();
+            ls_yield();
         if ((i & 255) == 255) {
             if (c->cancel && c->cancel(c->cancel_arg))
                 return -ECANCELED; /* the request is abandoned: the communicator is broken */

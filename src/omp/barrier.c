@@ -23,7 +23,6 @@
 #include <limits.h>
 #include <sched.h>
 
-#include "../wait/futex.h"
 #include "omp_impl.h"
 
 void ls_omp_init_wait(struct ls_omp_team *team)
@@ -101,10 +100,11 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
     const lockstep_wait_t *w = &team->wait;
     bool fits = ls_omp_may_spin();
     uint32_t spins = fits ? w->spin : 0;
-    uint32_t yields = fits ? w->yields : LOCKSTEP_YIELDS_OVERSUBSCRIBED;
+    uint32_t yields = fits ? w->yields : LS_WAIT_YIELDS_OVERSUBSCRIBED;
     /* oversubscribed, at a barrier: spin while the missing members run elsewhere */
     bool aware = !fits && kind != LS_WAIT_JOIN && team->slots;
     int cpu = aware ? sched_getcpu() : -1;
+    uint32_t elsewhere = aware ? ls_wait_elsewhere_spins() : 0;
     uint32_t i = 0, idle_spins = 0;
     for (;;) {
         if (done(team, target, kind)) {
@@ -117,13 +117,13 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
         }
         if (i < spins) {
             ls_cpu_relax();
-        } else if (aware && idle_spins < LS_OMP_ELSEWHERE_SPIN && !missing_here(team, target, cpu)) {
+        } else if (aware && idle_spins < elsewhere && !missing_here(team, target, cpu)) {
             for (unsigned k = 0; k < 16; k++)
                 ls_cpu_relax();
             idle_spins += 16;
             continue;
         } else if (i < spins + yields || (w->flags & LOCKSTEP_WAIT_F_NOPARK)) {
-            sched_yield();
+            ls_yield();
         } else {
             uint32_t seen = ls_load_acquire(&team->bell.value);
             ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
@@ -159,7 +159,7 @@ uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)
 void ls_omp_wait_detached(struct ls_omp_team *team)
 {
     while (!ls_omp_no_pending(team))
-        sched_yield();
+        ls_yield();
 }
 
 void ls_omp_barrier(void)

@@ -15,7 +15,6 @@
  * master waits until every worker has, and raises count to the highest of those
  * targets less one; its next fork's arrival then releases them all and starts the next
  * region's episodes from there (team.c). */
-#include <sched.h>
 
 #include "omp_impl.h"
 
@@ -143,7 +142,7 @@ void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team)
         if (all)
             break;
         if (!ls_omp_run_one_task(t))
-            sched_yield();
+            ls_yield();
     }
     ls_omp_give_back(t);
     uint64_t high = ls_load_relaxed(&team->count);

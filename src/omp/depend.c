@@ -13,7 +13,6 @@
  * Everything above happens under the parent's dep_lock: linking, unlinking at
  * completion, and the counts. A team of one (or none) queues nothing: there a
  * construct with depend clauses waits for every earlier sibling instead. */
-#include <sched.h>
 #include <stdlib.h>
 
 #include "omp_impl.h"
@@ -151,5 +150,5 @@ void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend)
         return;
     while (ls_load_acquire(&dn.npred) != 0)
         if (!ls_omp_run_child(t))
-            sched_yield();
+            ls_yield();
 }

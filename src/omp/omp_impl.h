@@ -26,6 +26,8 @@
 
 #include "lockstep/wait.h"
 #include "../internal.h"
+#include "../wait/kernel.h"
+#include "../wait/tuning.h"
 #include "tuning.h"
 
 #define LS_OMP_EXPORT __attribute__((visibility("default")))
@@ -554,12 +556,12 @@ static inline bool ls_omp_may_spin(void)
 /* Spin briefly (within the budget), then yield, until cond holds (short waits only). */
 #define LS_OMP_SPIN_UNTIL(cond)                                                         \
     do {                                                                                \
-        unsigned ls_spin_ = ls_omp_may_spin() ? LS_OMP_SHORT_SPIN : 0u;                 \
+        unsigned ls_spin_ = ls_omp_may_spin() ? LS_WAIT_SHORT_SPIN : 0u;                \
         for (unsigned ls_i_ = 0; !(cond); ls_i_++) {                                    \
             if (ls_i_ < ls_spin_)                                                       \
                 ls_cpu_relax();                                                         \
             else                                                                        \
-                sched_yield();                                                          \
+                ls_yield();                                                          \
         }                                                                               \
     } while (0)
 

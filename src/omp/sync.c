@@ -8,11 +8,9 @@
  * unlock swaps in 0 and wakes one waiter when the word was 2. */
 #define _GNU_SOURCE
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../wait/futex.h"
 #include "omp_impl.h"
 
 static bool mutex_try(uint32_t *w)
@@ -25,7 +23,7 @@ static void mutex_lock(uint32_t *w)
 {
     if (LS_LIKELY(mutex_try(w)))
         return;
-    for (unsigned i = 0; i < LS_OMP_SHORT_SPIN; i++) {
+    for (unsigned i = 0; i < LS_WAIT_SHORT_SPIN; i++) {
         ls_cpu_relax();
         if (ls_load_relaxed(w) == 0 && mutex_try(w))
             return;
@@ -177,10 +175,10 @@ LS_OMP_EXPORT int ls_test_nest_lock25(struct nest_lock25 *l)
 LS_OMP_EXPORT void ls_set_nest_lock25(struct nest_lock25 *l)
 {
     for (unsigned i = 0; ls_test_nest_lock25(l) == 0; i++) {
-        if (i < LS_OMP_SHORT_SPIN)
+        if (i < LS_WAIT_SHORT_SPIN)
             ls_cpu_relax();
         else
-            sched_yield();
+            ls_yield();
     }
 }
 

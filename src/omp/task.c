@@ -20,7 +20,6 @@
  * children have finished (task_release); its block then goes back to the member that
  * created it. Implicit tasks are never freed: a region ends only after all its tasks. */
 #define _GNU_SOURCE
-#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,11 +337,11 @@ static void run_until(struct ls_omp_thread *t, uint32_t *count, uint32_t want)
         if (ls_omp_run_child(t))
             continue;
         bool spin = ls_omp_may_spin();
-        for (unsigned i = 0; i < LS_OMP_RESCAN_SPIN && ls_load_acquire(count) != want; i++) {
+        for (unsigned i = 0; i < LS_WAIT_RESCAN_SPIN && ls_load_acquire(count) != want; i++) {
             if (spin)
                 ls_cpu_relax();
             else
-                sched_yield();
+                ls_yield();
         }
     }
 }
@@ -479,7 +478,7 @@ void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
         if (detach && !deferrable) {
             while (ls_load_acquire(&task->detach) != 0)
                 if (!ls_omp_run_one_task(t))
-                    sched_yield();
+                    ls_yield();
             task_release(task);
         }
         return;

@@ -1,5 +1,5 @@
-/* Tuned constants of the OpenMP runtime, each with its reason. The environment
- * overrides the waiting ones (OMP_WAIT_POLICY, GOMP_SPINCOUNT, LOCKSTEP_WAIT_POLICY). */
+/* Tuned constants of the OpenMP runtime, each with its reason. Those of its waiting
+ * are waiting's own (src/wait/tuning.h). */
 #ifndef LOCKSTEP_OMP_TUNING_H
 #define LOCKSTEP_OMP_TUNING_H
 
@@ -23,18 +23,5 @@
 /* A thief waiting at a barrier takes half of a member's queued tasks, up to this
  * many: the lines they share then move once per batch, not once per task. */
 #define LS_OMP_STEAL_BATCH 16u
-
-/* Pause rounds a taskwait with nothing to run waits for its count before it looks for
- * tasks again: a child running elsewhere may queue descendants it can take. */
-#define LS_OMP_RESCAN_SPIN 32u
-
-/* Pause rounds a short wait (an ordered turn, a child task running elsewhere, a
- * work-share slot) spins before it yields the CPU between checks. */
-#define LS_OMP_SHORT_SPIN 256u
-
-/* Threads outnumber the CPUs and every member still missing at a barrier last ran on
- * another CPU: pause rounds a waiter spins (about a context switch) before it yields
- * anyway, in case one of them has moved here since. */
-#define LS_OMP_ELSEWHERE_SPIN 4096u
 
 #endif

@@ -40,7 +40,8 @@
 
 #include "lockstep/wait.h"
 #include "../internal.h"
-#include "futex.h"
+#include "kernel.h"
+#include "tuning.h"
 
 uint64_t lockstep_now_ns(void)
 {
@@ -60,7 +61,7 @@ void ls_perturb(void)
     s ^= s >> 17;
     s ^= s << 5;
     if ((s & 7u) == 0)
-        sched_yield();
+        ls_yield();
 }
 #endif
 
@@ -154,33 +155,38 @@ int lockstep_cpus_available(void)
 
 /* ---- policy ---------------------------------------------------------------------- */
 
-/* PAUSE iterations that take LOCKSTEP_SPIN_NS, timed once per process. */
+/* PAUSE iterations that take ns, from PAUSE timed once per process. */
+static uint32_t pauses_for(uint64_t ns)
+{
+    enum { PROBE = 2000 };
+    static uint64_t probe_ns; /* PROBE pauses took this long, the best of three */
+    uint64_t best = __atomic_load_n(&probe_ns, __ATOMIC_RELAXED);
+    if (!best) {
+        best = UINT64_MAX;
+        for (int rep = 0; rep < 3; rep++) { /* a preemption only lengthens */
+            uint64_t t0 = lockstep_now_ns();
+            for (int i = 0; i < PROBE; i++)
+                ls_cpu_relax();
+            uint64_t dt = lockstep_now_ns() - t0;
+            if (dt < best)
+                best = dt;
+        }
+        if (best == 0)
+            best = 1;
+        __atomic_store_n(&probe_ns, best, __ATOMIC_RELAXED);
+    }
+    uint64_t n = ns * PROBE / best;
+    return (uint32_t)(n < 64 ? 64 : n > 1000000 ? 1000000 : n);
+}
+
 static uint32_t spin_iterations(void)
 {
-    static uint32_t cached;
-    uint32_t it = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (it)
-        return it;
-    const int probe = 2000;
-    uint64_t best = UINT64_MAX;
-    for (int rep = 0; rep < 3; rep++) { /* best of three: a preemption only lengthens */
-        uint64_t t0 = lockstep_now_ns();
-        for (int i = 0; i < probe; i++)
-            ls_cpu_relax();
-        uint64_t dt = lockstep_now_ns() - t0;
-        if (dt < best)
-            best = dt;
-    }
-    if (best == 0)
-        best = 1;
-    uint64_t n = (uint64_t)LOCKSTEP_SPIN_NS * (uint64_t)probe / best;
-    if (n < 64)
-        n = 64;
-    if (n > 1000000)
-        n = 1000000;
-    it = (uint32_t)n;
-    __atomic_store_n(&cached, it, __ATOMIC_RELAXED);
-    return it;
+    return pauses_for(LS_WAIT_SPIN_NS);
+}
+
+uint32_t ls_wait_elsewhere_spins(void)
+{
+    return pauses_for(LS_WAIT_ELSEWHERE_NS);
 }
 
 static int policy_from_env(lockstep_wait_policy_t *out)
@@ -216,7 +222,7 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
     switch (policy) {
     case LOCKSTEP_WAIT_ACTIVE:
         w->spin = spin_iterations();
-        w->yields = LOCKSTEP_YIELDS;
+        w->yields = LS_WAIT_YIELDS;
         w->flags |= LOCKSTEP_WAIT_F_NOPARK;
         break;
     case LOCKSTEP_WAIT_PASSIVE:
@@ -226,10 +232,10 @@ int lockstep_wait_init(lockstep_wait_t *w, lockstep_wait_policy_t policy,
     case LOCKSTEP_WAIT_AUTO:
         if (participants > (unsigned)lockstep_cpus_available()) {
             w->spin = 0;
-            w->yields = LOCKSTEP_YIELDS_OVERSUBSCRIBED;
+            w->yields = LS_WAIT_YIELDS_OVERSUBSCRIBED;
         } else {
             w->spin = spin_iterations();
-            w->yields = LOCKSTEP_YIELDS;
+            w->yields = LS_WAIT_YIELDS;
         }
         break;
     default:
@@ -283,7 +289,7 @@ int ls_wait_until_split(const lockstep_wait_t *w, uint32_t *value, uint32_t *sle
     }
     for (uint32_t round = 0;; round++) {
         for (uint32_t i = 0; i < w->yields; i++) {
-            sched_yield();
+            ls_yield();
             if (ls_reached(ls_load_acquire(value), target))
                 return 0;
         }

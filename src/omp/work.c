@@ -116,9 +116,14 @@ bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
         return false;
     uint64_t count = ws->count, chunk = ws->chunk, i, q;
     if (LS_LIKELY(ws->sched == LS_SCHED_DYNAMIC && !ws->ordered && count <= (UINT64_MAX >> 1))) {
-        /* the common dynamic loop: one RMW per chunk; next may pass count by at most
-         * n * chunk, which cannot wrap below 2^63 iterations */
-        i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
+        /* the common dynamic loop: one RMW per chunk (a team of one needs no lock);
+         * next may pass count by at most n * chunk, which cannot wrap below 2^63 */
+        if (t->c.n == 1) {
+            i = ws->next;
+            ws->next = i + chunk;
+        } else {
+            i = ls_fetch_add(&ws->next, chunk, __ATOMIC_RELAXED);
+        }
         if (i >= count)
             return false;
         *lo = i;

@@ -259,13 +259,18 @@ struct ls_omp_ctx {
 
 
 struct ls_omp_team {
-    /* the barrier (barrier.c): one line */
+    /* the barrier (barrier.c), and what changes with every region: one line, so a
+     * worker released into a region reads all that its master changed in one move
+     * of one line (the master writes the other region fields only when they change) */
     _Alignas(LOCKSTEP_CACHELINE) uint64_t count;   /* arrivals, never reset */
+    uint64_t base;                  /* count when the region started */
     lockstep_waitword_t bell;                      /* parked waiters sleep here */
     /* a task was queued in this region: waiters look in the deques only then (set
      * once per region, reset by the master at the fork) */
     uint32_t queued_any;
-    LS_PADTO(20);
+    uint32_t region_seq;            /* regions forked; written last before the release */
+    uint32_t leaving;               /* released workers still to notice they left */
+    LS_PADTO(36);
 
     /* the region: written by the master before the release */
     _Alignas(LOCKSTEP_CACHELINE) void (*fn)(void *);
@@ -276,11 +281,8 @@ struct ls_omp_team {
     int league_num, league_size;    /* the master's teams region, for every member */
     struct ls_omp_taskgroup *implicit_group; /* the implicit tasks start in it, or NULL */
     struct ls_omp_team *parent;     /* the enclosing team, NULL at level 1 */
-    uint64_t base;                  /* count when the region started */
     uint32_t ws_base;               /* work-share count at the region's start */
     int preinit;                    /* a combined parallel loop: ring[ws_base] is set up */
-    uint32_t leaving;               /* released workers still to notice they left */
-    uint32_t region_seq;            /* regions forked; written last before the release */
     uint32_t cancelled;             /* cancel parallel (cancel.c) */
     struct ls_omp_icv icv;          /* ICVs of the region's implicit tasks */
     struct ls_omp_pool *pool;       /* NULL for a serial team */
@@ -313,6 +315,9 @@ struct ls_omp_team {
     _Alignas(LOCKSTEP_CACHELINE) struct ls_omp_task master_implicit;
     struct ls_omp_team *next_free;  /* serial team cache */
 };
+
+_Static_assert(offsetof(struct ls_omp_team, leaving) + sizeof(uint32_t) <= LOCKSTEP_CACHELINE,
+               "what changes with every region shares the barrier's line");
 
 struct ls_omp_thread {
     struct ls_omp_ctx c;

@@ -40,11 +40,12 @@ struct ls_omp_pool {
     int n_workers;
     int cap;
     int cur_n;                      /* team size the in-team workers are at the join of */
-    int exiting;
     unsigned fork_gen;
     bool busy;                      /* its team runs a region now */
     struct ls_omp_pool *next;       /* the same thread's next pool */
     lockstep_wait_t idle_wait;
+    /* read by the workers after every join: away from what the master writes then */
+    _Alignas(LOCKSTEP_CACHELINE) int exiting;
 };
 
 static pthread_key_t pool_key;
@@ -356,15 +357,27 @@ static struct ls_omp_team *serial_team(struct ls_omp_thread *t)
     return team;
 }
 
+/* A region field its workers read when released: written only when it changes, so
+ * that its line stays in their caches from one region to the next (what changes with
+ * every region is on the barrier's line, which moves anyway). */
+#define SET_FIELD(field, value)                                                          \
+    do {                                                                                  \
+        __typeof__(field) v_ = (value);                                                   \
+        if ((field) != v_)                                                                \
+            (field) = v_;                                                                 \
+    } while (0)
+
 /* The ICVs of the new region's implicit tasks. */
 static void region_icv(struct ls_omp_thread *t, struct ls_omp_team *team)
 {
-    team->icv = t->c.icv;
+    struct ls_omp_icv icv = t->c.icv;
     int lvl = team->level;
     if (lvl < ls_omp_g.n_nthreads_list)
-        team->icv.nthreads = ls_omp_g.nthreads_list[lvl];
+        icv.nthreads = ls_omp_g.nthreads_list[lvl];
     if (lvl < ls_omp_g.n_bind_list)
-        team->icv.bind = ls_omp_g.bind_list[lvl];
+        icv.bind = ls_omp_g.bind_list[lvl];
+    if (memcmp(&team->icv, &icv, sizeof icv) != 0)
+        team->icv = icv;
 }
 
 void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags,
@@ -398,24 +411,25 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
         n = 1;
     }
     team = pool ? &pool->team : serial_team(t);
-    ls_store_relaxed(&team->cancelled, 0u); /* read by workers at this region's join only */
+    if (ls_load_relaxed(&team->cancelled)) /* read by workers at this region's join only */
+        ls_store_relaxed(&team->cancelled, 0u);
     LS_OMP_COUNT(regions, 1);
 
-    team->fn = fn;
-    team->data = data;
-    team->parent = outer;
-    team->parent_tid = outer ? t->c.tid : 0;
-    team->implicit_group = t->fork_group;
+    SET_FIELD(team->fn, fn);
+    SET_FIELD(team->data, data);
+    SET_FIELD(team->parent, outer);
+    SET_FIELD(team->parent_tid, outer ? t->c.tid : 0);
+    SET_FIELD(team->implicit_group, t->fork_group);
     t->fork_group = NULL;
-    team->league_num = t->c.league_num;
-    team->league_size = t->c.league_size;
-    team->level = level;
-    team->active_level = (outer ? outer->active_level : 0) + (n > 1);
+    SET_FIELD(team->league_num, t->c.league_num);
+    SET_FIELD(team->league_size, t->c.league_size);
+    SET_FIELD(team->level, level);
+    SET_FIELD(team->active_level, (outer ? outer->active_level : 0) + (n > 1));
     region_icv(t, team); /* flags' proc_bind is not used: workers are bound when made */
     team->master_saved = t->c;
     uint32_t base = ls_load_relaxed(&team->ws_claim);
-    team->ws_base = base;
-    team->preinit = preinit_sched != 0;
+    SET_FIELD(team->ws_base, base);
+    SET_FIELD(team->preinit, preinit_sched != 0);
     if (preinit_sched) {
         struct ls_omp_ws *ws = &team->ring[base % LS_OMP_WS_RING];
         LS_OMP_SPIN_UNTIL(ls_load_acquire(&ws->remaining) == 0);
@@ -432,7 +446,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
         } else {
             team->base = ls_load_relaxed(&team->count);
         }
-        team->n = n;
+        SET_FIELD(team->n, n);
         ls_store_relaxed(&team->queued_any, 0u); /* the last region's tasks have all run */
         pool->busy = true;
         /* release: a worker that sees the new number (cancel.c) sees the region's fields */
@@ -445,7 +459,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
         }
         pool->cur_n = n;
     } else {
-        team->n = 1;
+        SET_FIELD(team->n, 1);
         team->base = ls_load_relaxed(&team->count);
     }
     enter_team(t, team, 0, &team->master_implicit);

@@ -134,7 +134,8 @@ bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi)
     uint64_t n = (uint64_t)t->c.team->n, tid = (uint64_t)t->c.tid;
     switch (ws->sched) {
     case LS_SCHED_STATIC:
-        if (chunk == 0) { /* one block per thread, the first count % n one longer */
+        if (chunk == 0 || n == 1) { /* one block per thread, the first count % n one
+                                     * longer (a team of one: its chunks, in order) */
             if (t->c.static_k++ != 0)
                 return false;
             q = count / n;

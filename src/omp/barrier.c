@@ -13,6 +13,10 @@
  * the join waits for the master's next arrival only: the master left the region after
  * its tasks, and the next region's tasks are not this wait's.
  *
+ * The wait's phases and budgets are waiting's own (src/wait/loop.h); the hooks here
+ * are the barrier's: its condition, the tasks a waiter runs, where the missing members
+ * ran, and the bell it parks on.
+ *
  * Parking: a waiter that has spun and yielded its budget registers in bell.sleepers,
  * re-checks, and sleeps on the bell word. Whoever makes a waiter's condition true (the
  * last arrival, a task queued, the last pending task finishing) then reads sleepers
@@ -24,6 +28,7 @@
 #include <sched.h>
 
 #include "omp_impl.h"
+#include "../wait/loop.h"
 
 void ls_omp_init_wait(struct ls_omp_team *team)
 {
@@ -94,6 +99,50 @@ static bool missing_here(const struct ls_omp_team *team, uint64_t target, int cp
     return false;
 }
 
+/* What a member's wait passes its hooks (src/wait/loop.h) */
+struct member_wait {
+    struct ls_omp_thread *t;
+    struct ls_omp_team *team;
+    uint64_t target;
+    enum ls_omp_wait_kind kind;
+    int cpu;
+};
+
+static bool wait_done(void *arg)
+{
+    struct member_wait *m = arg;
+    return done(m->team, m->target, m->kind);
+}
+
+/* a queued task: run it while waiting */
+static bool wait_work(void *arg)
+{
+    struct member_wait *m = arg;
+    return ls_load_relaxed(&m->team->queued_any) && ls_omp_run_one_task(m->t);
+}
+
+static bool wait_elsewhere(void *arg)
+{
+    struct member_wait *m = arg;
+    return !missing_here(m->team, m->target, m->cpu);
+}
+
+static void wait_park(void *arg)
+{
+    struct member_wait *m = arg;
+    struct ls_omp_team *team = m->team;
+    uint32_t seen = ls_load_acquire(&team->bell.value);
+    ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
+    if (!done(team, m->target, m->kind) && !ls_omp_tasks_queued(m->t, team))
+        ls_omp_sleep(team, seen);
+    ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
+}
+
+static const struct ls_wait_hooks member_hooks = {wait_done, wait_work, NULL, wait_park};
+/* oversubscribed, at a barrier: spin while the missing members run elsewhere */
+static const struct ls_wait_hooks member_hooks_aware = {wait_done, wait_work, wait_elsewhere,
+                                                        wait_park};
+
 void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target,
                  enum ls_omp_wait_kind kind)
 {
@@ -101,40 +150,14 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
     bool fits = ls_omp_may_spin();
     uint32_t spins = fits ? w->spin : 0;
     uint32_t yields = fits ? w->yields : LS_WAIT_YIELDS_OVERSUBSCRIBED;
-    /* oversubscribed, at a barrier: spin while the missing members run elsewhere */
-    bool aware = !fits && kind != LS_WAIT_JOIN && team->slots;
-    int cpu = aware ? sched_getcpu() : -1;
-    uint32_t elsewhere = aware ? ls_wait_elsewhere_spins() : 0;
-    uint32_t i = 0, idle_spins = 0;
-    for (;;) {
-        if (done(team, target, kind)) {
-            ls_omp_give_back(t); /* before the team may end */
-            return;
-        }
-        if (ls_load_relaxed(&team->queued_any) && ls_omp_run_one_task(t)) {
-            i = 0;
-            continue;
-        }
-        if (i < spins) {
-            ls_cpu_relax();
-        } else if (aware && idle_spins < elsewhere && !missing_here(team, target, cpu)) {
-            for (unsigned k = 0; k < 16; k++)
-                ls_cpu_relax();
-            idle_spins += 16;
-            continue;
-        } else if (i < spins + yields || (w->flags & LOCKSTEP_WAIT_F_NOPARK)) {
-            ls_yield();
-        } else {
-            uint32_t seen = ls_load_acquire(&team->bell.value);
-            ls_fetch_add(&team->bell.sleepers, 1u, __ATOMIC_SEQ_CST);
-            if (!done(team, target, kind) && !ls_omp_tasks_queued(t, team))
-                ls_omp_sleep(team, seen);
-            ls_fetch_add(&team->bell.sleepers, (uint32_t)-1, __ATOMIC_RELAXED);
-            i = spins; /* woken: yield a round before parking again */
-            continue;
-        }
-        i++;
+    struct member_wait m = {t, team, target, kind, -1};
+    if (!fits && kind != LS_WAIT_JOIN && team->slots) {
+        m.cpu = sched_getcpu();
+        ls_wait_loop(w, spins, yields, &member_hooks_aware, &m);
+    } else {
+        ls_wait_loop(w, spins, yields, &member_hooks, &m);
     }
+    ls_omp_give_back(t); /* before the team may end */
 }
 
 uint64_t ls_omp_arrive(struct ls_omp_thread *t, struct ls_omp_team *team)

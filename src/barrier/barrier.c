@@ -97,8 +97,8 @@ size_t lockstep_barrier_size(lockstep_barrier_kind_t kind, unsigned n, unsigned 
     return t > d ? t : d;
 }
 
-int lockstep_barrier_init(lockstep_barrier_t *b, size_t size, unsigned n,
-                          const lockstep_barrier_params_t *params)
+int ls_barrier_init_among(lockstep_barrier_t *b, size_t size, unsigned n,
+                          const lockstep_barrier_params_t *params, unsigned others)
 {
     lockstep_barrier_params_t p = params ? *params : lockstep_barrier_params_default();
     if (!b || ((uintptr_t)b & 7u) != 0 || !valid_args(p.kind, n, &p.fanin))
@@ -109,7 +109,7 @@ int lockstep_barrier_init(lockstep_barrier_t *b, size_t size, unsigned n,
     size_t need = layout(kind, n, p.fanin, &hdr);
     if (size < need)
         return -ENOSPC;
-    int rc = lockstep_wait_init(&hdr.cfg.wait, p.wait_policy, n, p.process_shared);
+    int rc = lockstep_wait_init(&hdr.cfg.wait, p.wait_policy, n + others, p.process_shared);
     if (rc)
         return rc;
     memset(b, 0, need);
@@ -123,6 +123,12 @@ int lockstep_barrier_init(lockstep_barrier_t *b, size_t size, unsigned n,
      * started later, or a process mapping the same memory) */
     __atomic_store_n(&b->cfg.magic, LS_BARRIER_MAGIC, __ATOMIC_RELEASE);
     return 0;
+}
+
+int lockstep_barrier_init(lockstep_barrier_t *b, size_t size, unsigned n,
+                          const lockstep_barrier_params_t *params)
+{
+    return ls_barrier_init_among(b, size, n, params, 0);
 }
 
 void lockstep_barrier_destroy(lockstep_barrier_t *b)

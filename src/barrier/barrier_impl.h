@@ -65,6 +65,11 @@ void ls_flat_arrive(lockstep_barrier_t *b, unsigned tid);
 int ls_flat_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_flat_gather(lockstep_barrier_t *b, uint64_t deadline_ns);
 
+/* lockstep_barrier_init for n participants whose waits share the CPUs with `others`
+ * threads already running (the pool: the worker core's budget) */
+int ls_barrier_init_among(lockstep_barrier_t *b, size_t size, unsigned n,
+                          const lockstep_barrier_params_t *params, unsigned others);
+
 void ls_tree_arrive(lockstep_barrier_t *b, unsigned tid);
 int ls_tree_wait(lockstep_barrier_t *b, unsigned tid, uint64_t deadline_ns);
 int ls_tree_gather(lockstep_barrier_t *b, uint64_t deadline_ns);

@@ -229,7 +229,7 @@ LS_OMP_EXPORT void omp_display_env(int verbose)
  * holds a lock it could release */
 static void in_child(void)
 {
-    ls_omp_active_threads_reset();
+    ls_budget_omp_reset();
     ls_omp_locks_reset();
 }
 

@@ -18,38 +18,6 @@ struct ls_omp_global ls_omp_g;
 struct ls_omp_stats ls_omp_stats;
 int ls_omp_used;
 
-/* Threads of all teams of this process that are inside a region: what the CPU
- * budget for spinning is checked against (team.c). */
-static int active_threads;
-
-void ls_omp_active_threads_add(int delta)
-{
-    __atomic_add_fetch(&active_threads, delta, __ATOMIC_RELAXED);
-}
-
-int ls_omp_threads_reserve(int want, bool nested, int limit)
-{
-    int cur = __atomic_load_n(&active_threads, __ATOMIC_RELAXED), got;
-    do {
-        /* a nested region's master is counted already; a region outside any other
-         * starts a contention group of its own */
-        long room = nested ? (long)limit - cur + 1 : limit;
-        got = want < room ? want : (int)(room < 1 ? 1 : room);
-    } while (!__atomic_compare_exchange_n(&active_threads, &cur, cur + got - (nested ? 1 : 0),
-                                          true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    return got;
-}
-
-int ls_omp_active_threads(void)
-{
-    return __atomic_load_n(&active_threads, __ATOMIC_RELAXED);
-}
-
-void ls_omp_active_threads_reset(void)
-{
-    __atomic_store_n(&active_threads, 0, __ATOMIC_RELAXED);
-}
-
 void ls_omp_warn(const char *fmt, ...)
 {
     va_list ap;

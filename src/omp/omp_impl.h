@@ -28,6 +28,7 @@
 #include "../internal.h"
 #include "../wait/kernel.h"
 #include "../wait/tuning.h"
+#include "../workers/budget.h"
 #include "tuning.h"
 
 #define LS_OMP_EXPORT __attribute__((visibility("default")))
@@ -510,12 +511,6 @@ void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *), lo
 void ls_omp_env_init(void);
 void ls_omp_display_env(int verbose);
 void ls_omp_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void ls_omp_active_threads_add(int delta);
-/* Count up to want threads (a team's size, its master included) into the threads in
- * regions, within limit for a nested region; returns how many were counted (>= 1). */
-int ls_omp_threads_reserve(int want, bool nested, int limit);
-int ls_omp_active_threads(void);
-void ls_omp_active_threads_reset(void);
 
 /* alloc.c: an allocator from a memory space and traits (omp_init_allocator), and from
  * OMP_ALLOCATOR's text (0, or -1 when malformed) */
@@ -551,11 +546,12 @@ void GOMP_sections_end_nowait(void);
 /* unsupported.c */
 void ls_omp_unsupported(const char *name) __attribute__((noreturn));
 
-/* Spin only while the threads inside regions, of every team of the process, fit the
- * CPUs: past that, a spinner takes the time slice the thread it waits for needs. */
+/* Spin only while the process's running threads (every team inside a region, every
+ * live pool: the worker core's budget) fit the CPUs: past that, a spinner takes the
+ * time slice the thread it waits for needs. */
 static inline bool ls_omp_may_spin(void)
 {
-    return ls_omp_active_threads() <= ls_omp_g.n_cpus;
+    return ls_budget_running() <= ls_omp_g.n_cpus;
 }
 
 /* Spin briefly (within the budget), then yield, until cond holds (short waits only). */

@@ -19,7 +19,7 @@
 #include <strings.h>
 
 #include "omp_impl.h"
-#include "../common/cpus.h"
+#include "../workers/workers.h"
 
 #define MAX_CPUS 1024 /* CPUs a place list covers (cpu_set_t's default size) */
 

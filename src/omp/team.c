@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "omp_impl.h"
-#include "../common/cpus.h"
+#include "../workers/workers.h"
 
 __thread struct ls_omp_thread ls_omp_self __attribute__((tls_model("initial-exec")));
 
@@ -27,6 +27,8 @@ struct ls_omp_worker {
     uint32_t idle_seen;
     int tid;
     int place;                    /* the place it is bound to, -1: none */
+    int start_cpu;                /* unbound: the CPU it began on (-1: anywhere) ... */
+    cpu_set_t creator;            /* ... and the CPUs it then takes back */
     struct ls_omp_pool *pool;
     /* its implicit task in the team: here, not in the thread's TLS, so that the line
      * the tasks it creates write as they finish neighbours nothing the thread writes */
@@ -112,6 +114,8 @@ static void *worker_main(void *arg)
     struct ls_omp_thread *t = ls_omp_thr();
     t->place = w->place;
     t->keeps_spares = true;
+    if (w->start_cpu >= 0)
+        ls_unpin(&w->creator);
     for (;;) {
         w->idle_seen++;
         lockstep_wait_until(&pool->idle_wait, &w->idle, w->idle_seen, 0);
@@ -236,32 +240,58 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     return pool;
 }
 
-static int cpus[1024];
-static int n_cpus;
-static pthread_once_t cpus_once = PTHREAD_ONCE_INIT;
+static struct ls_cpus process_cpus; /* as the process began: what binding spreads over */
+static pthread_once_t process_cpus_once = PTHREAD_ONCE_INIT;
 
-static void read_cpus(void)
+static void read_process_cpus(void)
 {
-    cpu_set_t set;
-    int n = ls_allowed_cpus(&set, cpus, 1024);
-    n_cpus = n > 0 ? n : 0;
+    ls_cpus_read(&process_cpus);
 }
 
-/* OMP_PROC_BIND: the CPU for thread tid (close: in turn; spread: spaced out) */
+/* OMP_PROC_BIND without OMP_PLACES: the CPU for thread tid (close: in turn; spread:
+ * spaced out; primary: the first) */
 static int bind_cpu(int tid)
 {
-    pthread_once(&cpus_once, read_cpus);
-    if (n_cpus == 0)
+    pthread_once(&process_cpus_once, read_process_cpus);
+    const struct ls_cpus *c = &process_cpus;
+    if (c->n == 0)
         return -1;
     int bind = ls_omp_g.icv.bind;
     if (bind == LS_BIND_SPREAD) {
         int nth = ls_omp_g.icv.nthreads > 0 ? ls_omp_g.icv.nthreads : 1;
-        int stride = n_cpus / nth > 1 ? n_cpus / nth : 1;
-        return cpus[(tid * stride) % n_cpus];
+        int stride = c->n / nth > 1 ? c->n / nth : 1;
+        return c->list[(tid * stride) % c->n];
     }
     if (bind == LS_BIND_PRIMARY)
-        return cpus[0];
-    return cpus[tid % n_cpus];
+        return c->list[0];
+    return c->list[tid % c->n];
+}
+
+/* Start worker w through the worker core: bound to its place or CPU under
+ * OMP_PROC_BIND, else begun on a CPU of its own after the creator's (cpus). 0 or
+ * -errno. */
+static int start_worker(struct ls_omp_worker *w, int want, const struct ls_cpus *cpus)
+{
+    cpu_set_t set;
+    struct ls_spawn s = {worker_main, w, NULL, -1, ls_omp_g.stacksize};
+    w->place = -1;
+    w->start_cpu = -1;
+    if (ls_omp_g.icv.bind != LS_BIND_FALSE && ls_omp_g.places) {
+        w->place = ls_omp_place_for(w->tid, want, ls_omp_self.place, ls_omp_g.icv.bind);
+        if (ls_omp_place_set(w->place, &set))
+            s.bind = &set;
+    } else if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
+        int cpu = bind_cpu(w->tid);
+        if (cpu >= 0) {
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            s.bind = &set;
+        }
+    } else {
+        w->creator = cpus->set;
+        s.start_cpu = w->start_cpu = ls_start_cpu(cpus, w->tid);
+    }
+    return ls_spawn(&w->thread, &s);
 }
 
 /* Make workers up to tid `want` - 1; returns how many participants are available. */
@@ -277,10 +307,10 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         pool->workers = p;
         pool->cap = cap;
     }
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    if (ls_omp_g.stacksize)
-        pthread_attr_setstacksize(&attr, ls_omp_g.stacksize);
+    struct ls_cpus *cpus = malloc(sizeof *cpus); /* 4 KiB: not on a program's stack */
+    if (!cpus)
+        return pool->n_workers + 1;
+    ls_cpus_read(cpus);
     while (pool->n_workers + 1 < want) {
         int tid = pool->n_workers + 1;
         struct ls_omp_worker *w = NULL;
@@ -290,26 +320,11 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         pool->team.slots[tid] = &w->slot;
         w->tid = tid;
         w->pool = pool;
-        w->place = -1;
-        cpu_set_t set;
-        if (ls_omp_g.icv.bind != LS_BIND_FALSE && ls_omp_g.places) {
-            w->place = ls_omp_place_for(tid, want, ls_omp_self.place, ls_omp_g.icv.bind);
-            if (ls_omp_place_set(w->place, &set))
-                pthread_attr_setaffinity_np(&attr, sizeof set, &set);
-        } else if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
-            int cpu = bind_cpu(tid);
-            if (cpu >= 0) {
-                cpu_set_t one;
-                CPU_ZERO(&one);
-                CPU_SET(cpu, &one);
-                pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-            }
-        }
-        int rc = pthread_create(&w->thread, &attr, worker_main, w);
+        int rc = start_worker(w, want, cpus);
         if (rc != 0) {
             free(w);
             ls_omp_warn("could not start thread %d (%s); the team has %d threads", tid,
-                        strerror(rc), tid);
+                        strerror(-rc), tid);
             break;
         }
         pool->workers[tid] = w;
@@ -317,7 +332,7 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         ls_store_release(&pool->team.n_slots, (uint32_t)tid + 1u); /* slots[tid] is set */
         LS_OMP_COUNT(workers, 1);
     }
-    pthread_attr_destroy(&attr);
+    free(cpus);
     return pool->n_workers + 1;
 }
 
@@ -330,11 +345,14 @@ int ls_omp_team_size(struct ls_omp_thread *t, unsigned num_threads)
     if (active >= t->c.icv.max_active_levels)
         return 1; /* past max-active-levels a region is inactive */
     long n = num_threads ? (long)num_threads : t->c.icv.nthreads;
-    /* dyn-var: the threads already in regions count against the CPUs; a nested
-     * region's master is one of them */
-    long busy = cur ? ls_omp_active_threads() - 1 : 0;
-    if (t->c.icv.dyn && n > ls_omp_g.n_cpus - busy)
-        n = ls_omp_g.n_cpus - busy;
+    if (t->c.icv.dyn) {
+        /* the threads already running count against the CPUs (a nested region's master
+         * is one of them; an outer region starts a contention group of its own, beside
+         * the live pools) */
+        long busy = cur ? ls_budget_running() - 1 : ls_budget_pools();
+        if (n > ls_omp_g.n_cpus - busy)
+            n = ls_omp_g.n_cpus - busy;
+    }
     if (n > LS_OMP_MAX_THREADS)
         n = LS_OMP_MAX_THREADS;
     return n < 1 ? 1 : (int)n;
@@ -392,13 +410,13 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
     int level = (outer ? outer->level : 0) + 1;
     int counted = 0; /* threads this region adds to those in regions */
     if (n > 1) {
-        n = ls_omp_threads_reserve(n, outer != NULL, t->c.icv.thread_limit);
+        n = ls_budget_omp_reserve(n, outer != NULL, t->c.icv.thread_limit);
         counted = outer ? n - 1 : n;
     }
     if (n > 1 && (pool = pool_get(t)) != NULL) {
         int got = pool_grow(pool, n);
         if (got != n) { /* fewer threads could be started */
-            ls_omp_active_threads_add(got - n);
+            ls_budget_omp_add(got - n);
             counted -= n - got;
             n = got;
         }
@@ -407,7 +425,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
     }
     if (!pool) {
         if (counted)
-            ls_omp_active_threads_add(-counted);
+            ls_budget_omp_add(-counted);
         n = 1;
     }
     team = pool ? &pool->team : serial_team(t);
@@ -478,7 +496,7 @@ void ls_omp_join(void)
             ls_omp_cancelled_gather(t, team);
         else
             ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
-        ls_omp_active_threads_add(team->parent ? 1 - team->n : -team->n);
+        ls_budget_omp_add(team->parent ? 1 - team->n : -team->n);
     } else { /* a team of one ran its tasks where created; detached ones may still wait */
         ls_omp_wait_detached(team);
     }

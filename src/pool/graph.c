@@ -81,7 +81,8 @@ int lockstep_pool_graph_run(lockstep_pool_t *pool, int n_nodes, int n_shares,
         bp.kind = pool->graph_kind;
         bp.fanin = pool->bar->cfg.fanin;
         bp.wait_policy = pool->policy;
-        rc = lockstep_barrier_init(pool->gbar, pool->gbar_size, (unsigned)g.active, &bp);
+        rc = ls_barrier_init_among(pool->gbar, pool->gbar_size, (unsigned)g.active, &bp,
+                                   (unsigned)(ls_budget_running() - pool->n));
         if (rc) {
             ls_pool_unclaim(pool);
             return rc;

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "pool_impl.h"
-#include "../common/cpus.h"
+#include "../workers/workers.h"
 
 lockstep_pool_params_t lockstep_pool_params_default(void)
 {
@@ -64,7 +64,7 @@ static void *worker_main(void *p)
      * (it parks: unbound, the wake-up often brought it to its creator's CPU): now free
      * to go anywhere. */
     if (pool->start_on[tid] >= 0)
-        pthread_setaffinity_np(pthread_self(), sizeof pool->start_mask, &pool->start_mask);
+        ls_unpin(&pool->start_mask);
     for (;;) {
         lockstep_barrier_arrive(pool->bar, tid);
         lockstep_barrier_wait(pool->bar, tid);
@@ -112,55 +112,35 @@ static int place(lockstep_pool_t *pool, const lockstep_pool_params_t *p)
     return 0;
 }
 
-/* Unpinned workers (PLACE_NONE) start each on a CPU of its own: the allowed CPUs in
- * turn from the caller's, wrapping, so that they begin spread, and then take back the
- * caller's CPU set (worker_main). Left to the scheduler, a new thread often began on
- * its creator's CPU and stayed there while the other was idle, and a spinning barrier
- * then took hundreds of times its usual time until the scheduler moved it. Nothing
- * moves afterwards; LOCKSTEP_NO_SPREAD=1 or one allowed CPU leaves the start to the
- * scheduler. */
-static void start_cpus(lockstep_pool_t *pool)
-{
-    for (int i = 0; i < pool->n; i++)
-        pool->start_on[i] = -1;
-    if (ls_env_set("LOCKSTEP_NO_SPREAD"))
-        return;
-    int list[CPU_SETSIZE], m = ls_allowed_cpus(&pool->start_mask, list, CPU_SETSIZE);
-    int here = sched_getcpu(), from = 0;
-    for (int k = 0; k < m; k++)
-        from = list[k] == here ? k : from;
-    for (int i = 1; m > 1 && i < pool->n; i++)
-        if (pool->cpu_of[i] < 0)
-            pool->start_on[i] = list[(from + i) % m];
-}
-
-/* Start workers 1 .. n-1, each waiting on `start`. 0, or -EAGAIN with the ones
+/* Start workers 1 .. n-1, each waiting on `start`: pinned ones on their CPU, the
+ * others each begun on a CPU of its own (the worker core's ls_start_cpu) and given
+ * back the caller's CPUs once woken there (worker_main). 0, or -EAGAIN with the ones
  * already started sent home and joined. */
 static int start_workers(lockstep_pool_t *pool)
 {
+    struct ls_cpus *cpus = malloc(sizeof *cpus); /* 4 KiB: not on a caller's stack */
+    if (!cpus)
+        return -EAGAIN;
+    ls_cpus_read(cpus);
+    pool->start_mask = cpus->set;
     int started = 1;
-    start_cpus(pool);
     for (; started < pool->n; started++) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        int cpu = pool->cpu_of[started] >= 0 ? pool->cpu_of[started] : pool->start_on[started];
-        if (cpu >= 0) {
-            cpu_set_t one;
+        cpu_set_t one;
+        struct ls_spawn s = {worker_main, &pool->workers[started], NULL, -1, 0};
+        pool->start_on[started] = -1;
+        if (pool->cpu_of[started] >= 0) {
             CPU_ZERO(&one);
-            CPU_SET(cpu, &one);
-            pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+            CPU_SET(pool->cpu_of[started], &one);
+            s.bind = &one;
+        } else {
+            s.start_cpu = pool->start_on[started] = ls_start_cpu(cpus, started);
         }
         pool->workers[started].pool = pool;
         pool->workers[started].tid = (unsigned)started;
-        int rc = pthread_create(&pool->threads[started], &attr, worker_main, &pool->workers[started]);
-        pthread_attr_destroy(&attr);
-        if (rc && pool->start_on[started] >= 0) { /* that CPU was refused: start anywhere */
-            pool->start_on[started] = -1;
-            rc = pthread_create(&pool->threads[started], NULL, worker_main, &pool->workers[started]);
-        }
-        if (rc)
+        if (ls_spawn(&pool->threads[started], &s) != 0)
             break;
     }
+    free(cpus);
     if (started == pool->n)
         return 0;
     lockstep_wait_publish(&pool->start_wait, &pool->start, 2);
@@ -231,7 +211,10 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
     }
     pool->bar_size = bsize;
     pool->bar_params = bp;
-    int rc = lockstep_barrier_init(pool->bar, bsize, (unsigned)pool->n, &bp);
+    /* its waits count the threads already running in the process (other pools, OpenMP
+     * teams): together they may outnumber the CPUs */
+    int rc = ls_barrier_init_among(pool->bar, bsize, (unsigned)pool->n, &bp,
+                                   (unsigned)ls_budget_running());
     if (rc == 0)
         rc = lockstep_wait_init(&pool->start_wait, LOCKSTEP_WAIT_PASSIVE, 1, 0);
     if (rc) {
@@ -267,6 +250,7 @@ lockstep_pool_t *lockstep_pool_create(const lockstep_pool_params_t *p)
         pthread_setaffinity_np(pthread_self(), sizeof one, &one);
     }
     release_workers(pool);
+    ls_budget_pool_add(pool->n);
     return pool;
 
 fail:
@@ -317,7 +301,8 @@ void ls_pool_unclaim(lockstep_pool_t *pool)
  * as it was, to be tried again at the next claim). */
 static int respawn(lockstep_pool_t *pool)
 {
-    int rc = lockstep_barrier_init(pool->bar, pool->bar_size, (unsigned)pool->n, &pool->bar_params);
+    int rc = ls_barrier_init_among(pool->bar, pool->bar_size, (unsigned)pool->n, &pool->bar_params,
+                                   (unsigned)(ls_budget_running() - pool->n));
     if (rc)
         return rc;
     pool->gbar_n = 0; /* the graph barrier too, at the next run */
@@ -372,6 +357,7 @@ void lockstep_pool_free(lockstep_pool_t *pool)
         for (int i = 1; i < pool->n; i++)
             pthread_join(pool->threads[i], NULL);
     }
+    ls_budget_pool_add(-pool->n);
     destroy(pool);
 }
 

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include "lockstep/pool.h"
+#include "../barrier/barrier_impl.h"
 #include "../internal.h"
+#include "../workers/budget.h"
 
 #define LS_PAD(name, used) char name[LOCKSTEP_CACHELINE - (used)]
 
@@ -24,8 +26,8 @@ struct lockstep_pool {
     lockstep_barrier_kind_t graph_kind; /* the params' kind; AUTO resolves per run */
     pthread_t *threads;        /* [1..n-1]; [0] unused */
     int *cpu_of;               /* CPU per participant, -1 = unpinned */
-    int *start_on;             /* unpinned workers: the CPU each starts on (pool.c:
-                                  start_cpus), -1 = anywhere */
+    int *start_on;             /* unpinned workers: the CPU each starts on (the worker
+                                  core's ls_start_cpu), -1 = anywhere */
     cpu_set_t start_mask;      /* ... and the CPU set each then gets back */
     struct ls_worker *workers;
     lockstep_wait_t start_wait;

@@ -96,63 +96,6 @@ int ls_wait_global_fences(void)
                                  MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
 
-/* ---- CPU budget ------------------------------------------------------------------ */
-
-/* The cgroup CPU quota in whole CPUs (rounded up), or 0 when there is none. */
-static int cgroup_cpu_limit(void)
-{
-    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (f) {
-        char quota[32] = {0};
-        long long period = 0;
-        int got = fscanf(f, "%31s %lld", quota, &period);
-        fclose(f);
-        if (got == 2 && strcmp(quota, "max") != 0 && period > 0) {
-            long long q = atoll(quota);
-            if (q > 0)
-                return (int)((q + period - 1) / period);
-        }
-        return 0;
-    }
-    f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
-    if (f) {
-        long long q = -1, period = 0;
-        int got = fscanf(f, "%lld", &q);
-        fclose(f);
-        FILE *p = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
-        if (p) {
-            if (fscanf(p, "%lld", &period) != 1)
-                period = 0;
-            fclose(p);
-        }
-        if (got == 1 && q > 0 && period > 0)
-            return (int)((q + period - 1) / period);
-    }
-    return 0;
-}
-
-int lockstep_cpus_available(void)
-{
-    static int cached; /* 0 = not yet computed; benign race: every thread computes the same */
-    int n = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (n > 0)
-        return n;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        n = CPU_COUNT(&set);
-    if (n <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c > 0 ? (int)c : 1;
-    }
-    int quota = cgroup_cpu_limit();
-    if (quota > 0 && quota < n)
-        n = quota;
-    __atomic_store_n(&cached, n, __ATOMIC_RELAXED);
-    return n;
-}
-
 /* ---- policy ---------------------------------------------------------------------- */
 
 /* PAUSE iterations that take ns, from PAUSE timed once per process. */

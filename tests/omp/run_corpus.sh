@@ -8,6 +8,8 @@
 #   unsupported  PROG (corpus/unsupported.c): each entry point exits with the message
 #   env          malformed OMP_* values: a one-line warning naming the variable, and the
 #                same output as with the defaults
+#   budget       PROG (corpus/budget.c) under LIB alone: a lockstep pool and OpenMP
+#                regions count in one budget of running threads
 #   threads      threads that cannot be created: a smaller team and a warning
 #   abi          LIB exports every function libgomp.so.1 exports, with its version, and
 #                those libgomp 13 and 14 add
@@ -88,6 +90,13 @@ env)
     grep -q '^ok ' "$tmp/out" || fail "$setting: output '$(cat "$tmp/out")'"
   done
   echo "ok: 24 malformed settings" ;;
+budget)
+  under_lockstep 4 "$prog"
+  rc=$?
+  [ $rc -eq 77 ] && { echo "one CPU: nothing to share" >&2; exit 77; }
+  [ $rc -eq 0 ] || fail "exit $rc: $(cat "$tmp/err")"
+  grep -q '^ok ' "$tmp/out" || fail "output '$(cat "$tmp/out")'"
+  echo "ok: one budget: teams of $(cut -d' ' -f2- "$tmp/out")" ;;
 threads)
   # a 256 MiB stack per thread in a 1 GiB address space: some workers cannot start
   (ulimit -v 1048576 && OMP_STACKSIZE=256M under_lockstep 16 "$prog") ||

@@ -20,7 +20,6 @@ static char *format; /* NULL: the default */
 static const char default_format[] = "level %L thread %i affinity %A";
 
 static char long_name(const char *name, size_t n);
-LS_OMP_EXPORT int omp_get_ancestor_thread_num(int level);
 LS_OMP_EXPORT void omp_display_affinity(const char *f);
 
 static const char *current_format(void)
@@ -155,7 +154,11 @@ static bool field(char type, char *buf, size_t size)
     case 'L': v = team ? team->level : 0; break;
     case 'n': v = team ? t->c.tid : 0; break;
     case 'N': v = team ? team->n : 1; break;
-    case 'a': v = omp_get_ancestor_thread_num((team ? team->level : 0) - 1); break;
+    case 'a': { /* omp_get_ancestor_thread_num(level - 1) */
+        int up = (team ? team->level : 0) - 1, id = 0;
+        v = up == 0 ? 0 : ls_omp_ancestor(up, &id) ? id : -1;
+        break;
+    }
     case 'P': v = (long)getpid(); break;
     case 'i': v = (long)gettid(); break;
     case 'H':

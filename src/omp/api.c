@@ -126,27 +126,12 @@ LS_OMP_EXPORT int omp_get_active_level(void)
 
 /* The team at nesting level `level` (1 = outermost) and this thread's ancestor's
  * number in it; NULL for level 0 or a level outside [0, current]. */
-static struct ls_omp_team *ancestor(int level, int *tid)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    struct ls_omp_team *team = t->c.team;
-    int id = t->c.tid;
-    if (!team || level < 1 || level > team->level)
-        return NULL;
-    while (team->level > level) {
-        id = team->parent_tid;
-        team = team->parent;
-    }
-    *tid = id;
-    return team;
-}
-
 LS_OMP_EXPORT int omp_get_ancestor_thread_num(int level)
 {
     int tid = 0;
     if (level == 0)
         return 0;
-    return ancestor(level, &tid) ? tid : -1;
+    return ls_omp_ancestor(level, &tid) ? tid : -1;
 }
 
 LS_OMP_EXPORT int omp_get_team_size(int level)
@@ -154,7 +139,7 @@ LS_OMP_EXPORT int omp_get_team_size(int level)
     int tid;
     if (level == 0)
         return 1;
-    struct ls_omp_team *team = ancestor(level, &tid);
+    struct ls_omp_team *team = ls_omp_ancestor(level, &tid);
     return team ? team->n : -1;
 }
 

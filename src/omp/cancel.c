@@ -17,6 +17,7 @@
  * region's episodes from there (team.c). */
 
 #include "omp_impl.h"
+#include "bell.h"
 
 /* gcc's GOMP_CANCEL_* (the ABI) */
 enum { CANCEL_PARALLEL = 1, CANCEL_LOOP = 2, CANCEL_FOR = CANCEL_LOOP, CANCEL_SECTIONS = 4,
@@ -38,11 +39,6 @@ static struct ls_omp_taskgroup *binding_group(struct ls_omp_thread *t)
     return g;
 }
 
-static bool team_cancelled(const struct ls_omp_team *team)
-{
-    return team && ls_load_acquire(&team->cancelled);
-}
-
 LS_OMP_EXPORT bool GOMP_cancellation_point(int which)
 {
     if (!ls_omp_g.cancellation)
@@ -58,7 +54,7 @@ LS_OMP_EXPORT bool GOMP_cancellation_point(int which)
             if (ls_load_acquire(&g->cancelled))
                 return true;
     }
-    return team_cancelled(team);
+    return ls_omp_team_cancelled(team);
 }
 
 LS_OMP_EXPORT bool GOMP_cancel(int which, bool do_cancel)
@@ -84,21 +80,6 @@ LS_OMP_EXPORT bool GOMP_cancel(int which, bool do_cancel)
     return true;
 }
 
-bool ls_omp_cancelled_in(const struct ls_omp_team *team, const struct ls_omp_taskgroup *group)
-{
-    if (team_cancelled(team))
-        return true;
-    for (const struct ls_omp_taskgroup *g = group; g; g = g->prev)
-        if (ls_load_acquire(&g->cancelled))
-            return true;
-    return false;
-}
-
-bool ls_omp_task_cancelled(const struct ls_omp_task *task)
-{
-    return ls_omp_cancelled_in(task->team, task->group);
-}
-
 /* A barrier that a cancelled region's threads leave: true when the region is cancelled
  * (then the thread goes to the region's end). */
 LS_OMP_EXPORT bool GOMP_barrier_cancel(void)
@@ -107,14 +88,14 @@ LS_OMP_EXPORT bool GOMP_barrier_cancel(void)
     struct ls_omp_team *team = t->c.team;
     if (!team || team->n == 1) {
         ls_omp_barrier();
-        return team_cancelled(team);
+        return ls_omp_team_cancelled(team);
     }
-    if (team_cancelled(team))
+    if (ls_omp_team_cancelled(team))
         return true; /* no arrival: the join sorts the counts out */
     LS_OMP_COUNT(barriers, 1);
     ls_omp_wait(t, team, ls_omp_arrive(t, team),
                 ls_omp_g.cancellation ? LS_WAIT_CANCELLABLE : LS_WAIT_BARRIER);
-    return team_cancelled(team);
+    return ls_omp_team_cancelled(team);
 }
 
 LS_OMP_EXPORT bool GOMP_loop_end_cancel(void)
@@ -127,30 +108,4 @@ LS_OMP_EXPORT bool GOMP_sections_end_cancel(void)
 {
     GOMP_sections_end_nowait();
     return GOMP_barrier_cancel();
-}
-
-/* The master at the join of a cancelled region: every worker at the join, no task
- * pending, then count raised so that the next fork's arrival completes every worker's
- * join episode. */
-void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team)
-{
-    uint32_t seq = team->region_seq;
-    for (;;) {
-        bool all = ls_omp_no_pending(team) && ls_load_seqcst(&team->leaving) == 0;
-        for (int i = 1; all && i < team->n; i++)
-            all = ls_load_acquire(&team->slots[i]->joined) == seq;
-        if (all)
-            break;
-        if (!ls_omp_run_one_task(t))
-            ls_yield();
-    }
-    ls_omp_give_back(t);
-    uint64_t high = ls_load_relaxed(&team->count);
-    for (int i = 1; i < team->n; i++) {
-        uint64_t want = ls_load_relaxed(&team->slots[i]->join_target) - 1u;
-        if (want > high)
-            high = want;
-    }
-    /* every worker waits only for count; none arrives again before the next fork */
-    ls_store_release(&team->count, high);
 }

@@ -103,7 +103,7 @@ uint32_t ls_omp_deps_link(struct ls_omp_task *parent, struct ls_omp_task *x, boo
     return n;
 }
 
-void ls_omp_deps_done(struct ls_omp_task *task)
+uint32_t ls_omp_deps_done(struct ls_omp_task *task)
 {
     struct ls_omp_task *parent = task->parent;
     struct ls_omp_depnode *s = task->dn;
@@ -113,42 +113,23 @@ void ls_omp_deps_done(struct ls_omp_task *task)
         pp = &(*pp)->dn->next;
     if (*pp)
         *pp = s->next;
-    /* the successors whose last predecessor this was */
-    struct ls_omp_task *ready[s->nsucc ? s->nsucc : 1];
+    /* the successors whose last predecessor this was, to the front; once task is off
+     * the list no one else adds to or reads its successors */
     uint32_t nready = 0;
     for (uint32_t i = 0; i < s->nsucc; i++) {
         struct ls_omp_task *x = s->succ[i];
         bool waiter = x->dn->waiter; /* read first: a waiter's frame ends once its count is 0 */
         if (ls_fetch_add(&x->dn->npred, (uint32_t)-1, __ATOMIC_RELEASE) == 1u && !waiter)
-            ready[nready++] = x;
+            s->succ[nready++] = x;
     }
     unlock(parent);
+    return nready;
+}
+
+void ls_omp_deps_clear(struct ls_omp_task *task)
+{
+    struct ls_omp_depnode *s = task->dn;
     free(s->succ);
     s->succ = NULL;
     s->nsucc = s->succ_cap = 0;
-    for (uint32_t i = 0; i < nready; i++)
-        ls_omp_task_enqueue(ready[i]->team, ready[i]);
-}
-
-void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend)
-{
-    struct ls_omp_team *team = t->c.team;
-    if (!team || team->n == 1 || !team->pool) {
-        ls_omp_taskwait(t); /* nothing is queued: every earlier sibling has ended */
-        return;
-    }
-    struct ls_omp_task w = {0};
-    struct ls_omp_depnode dn = {0};
-    uint32_t n = ls_omp_deps_parse(depend, NULL);
-    struct ls_omp_dep deps[n ? n : 1];
-    ls_omp_deps_parse(depend, deps);
-    dn.deps = deps;
-    dn.ndeps = n;
-    dn.waiter = true;
-    w.dn = &dn;
-    if (ls_omp_deps_link(t->c.task, &w, false) == 0)
-        return;
-    while (ls_load_acquire(&dn.npred) != 0)
-        if (!ls_omp_run_child(t))
-            ls_yield();
 }

@@ -16,6 +16,7 @@
  * them as one, and hands back those the owner popped meanwhile. The
  * owner's line and the ring's then move once per batch, not once per task. */
 #include "omp_impl.h"
+#include "bell.h"
 
 #define MASK (LS_OMP_DEQUE_CAP - 1u)
 

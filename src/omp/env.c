@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,20 +12,6 @@
 #include <unistd.h>
 
 #include "omp_impl.h"
-
-struct ls_omp_global ls_omp_g;
-struct ls_omp_stats ls_omp_stats;
-int ls_omp_used;
-
-void ls_omp_warn(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("lockstep-omp: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
 
 /* A positive int, or -1 (with a warning) when s is not one. */
 static long parse_long(const char *name, const char *s, long lo, long hi)

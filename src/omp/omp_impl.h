@@ -363,6 +363,23 @@ static inline struct ls_omp_thread *ls_omp_thr(void)
     return t;
 }
 
+/* The calling thread's team at nesting level `level` (1 = outermost) and its number in
+ * it (*tid), or NULL when the thread is not that deep. */
+static inline struct ls_omp_team *ls_omp_ancestor(int level, int *tid)
+{
+    struct ls_omp_thread *t = ls_omp_thr();
+    struct ls_omp_team *team = t->c.team;
+    int id = t->c.tid;
+    if (!team || level < 1 || level > team->level)
+        return NULL;
+    while (team->level > level) {
+        id = team->parent_tid;
+        team = team->parent;
+    }
+    *tid = id;
+    return team;
+}
+
 /* The calling thread's ICVs, to change: an explicit task's change stays in its data
  * environment (the values before it are saved once, for its end). */
 static inline struct ls_omp_icv *ls_omp_icv_write(struct ls_omp_thread *t)
@@ -394,15 +411,13 @@ enum ls_omp_wait_kind { LS_WAIT_BARRIER, LS_WAIT_JOIN, LS_WAIT_GATHER, LS_WAIT_C
 /* Wait until count >= target and no task is pending, running queued tasks meanwhile. */
 void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t target,
                  enum ls_omp_wait_kind kind);
-/* Wake the team's parked waiters (a task was queued, or the last one finished). */
-void ls_omp_ring(struct ls_omp_team *team);
+/* A team of one: wait until the detached tasks it ran have been fulfilled. */
+void ls_omp_wait_detached(struct ls_omp_team *team);
+
+/* bell.c (bell.h rings the bell and counts the pending tasks) */
 /* Sleep on the team's bell while it still reads seen (registered in bell.sleepers). */
 void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen);
 void ls_omp_init_wait(struct ls_omp_team *team);
-/* A team of one: wait until the detached tasks it ran have been fulfilled. */
-void ls_omp_wait_detached(struct ls_omp_team *team);
-/* Whether no deferred task of the team is queued or running; seq_cst loads. */
-bool ls_omp_no_pending(const struct ls_omp_team *team);
 
 /* work.c */
 void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,
@@ -415,11 +430,12 @@ void ls_omp_ws_leave(struct ls_omp_thread *t);
 /* enter a loop construct (or sections) over [0, count), setting it up if first */
 void ls_omp_loop_enter(struct ls_omp_thread *t, int sched, uint64_t start, uint64_t count,
                        uint64_t incr, uint64_t chunk, void **mem);
-bool ls_omp_loop_next(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi);
 void ls_omp_ordered_release(struct ls_omp_thread *t);
+/* the next chunk of a loop but the common dynamic one (chunk.h: ls_omp_loop_next) */
+bool ls_omp_loop_next_rest(struct ls_omp_thread *t, uint64_t *lo, uint64_t *hi);
 int ls_omp_resolve_sched(int sched, long *chunk, const struct ls_omp_icv *icv);
-/* Enter a loop from start to end by incr (is == NULL: only enter), the first chunk's
- * values into *is, *ie; sched 0 is runtime. */
+/* loop.c: enter a loop from start to end by incr (is == NULL: only enter), the first
+ * chunk's values into *is, *ie; sched 0 is runtime. */
 bool ls_omp_start_long(int sched, bool ordered, long start, long end, long incr, long chunk,
                        long *is, long *ie, void **mem);
 bool ls_omp_start_ull(int sched, bool ordered, bool up, unsigned long long start,
@@ -497,11 +513,14 @@ static inline bool ls_omp_deque_full(const struct ls_omp_deque *d)
 
 /* depend.c: a clause list's entries (counted when deps is NULL); link x after its
  * conflicting live siblings (listed: as a predecessor of later ones too), returning
- * how many it waits for; a task with deps completed; wait for the tasks a construct
- * with these depend clauses depends on. */
+ * how many it waits for; a task with deps completed: the successors it made ready
+ * moved to the front of task->dn->succ, how many returned (the caller queues them, then
+ * clears the list). */
 uint32_t ls_omp_deps_parse(void **depend, struct ls_omp_dep *deps);
 uint32_t ls_omp_deps_link(struct ls_omp_task *parent, struct ls_omp_task *x, bool listed);
-void ls_omp_deps_done(struct ls_omp_task *task);
+uint32_t ls_omp_deps_done(struct ls_omp_task *task);
+void ls_omp_deps_clear(struct ls_omp_task *task);
+/* task.c: wait for the tasks a construct with these depend clauses depends on */
 void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend);
 void GOMP_task(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *), long arg_size,
                long arg_align, bool if_clause, unsigned flags, void **depend, int priority,
@@ -535,54 +554,35 @@ bool ls_omp_place_set(int p, cpu_set_t *set);
 /* sync.c: the unnamed critical and atomic locks free again (a forked child) */
 void ls_omp_locks_reset(void);
 
-/* cancel.c: a task of a cancelled region or taskgroup (not run, only completed); the
- * same for a task of team in group; the master's join of a cancelled region */
-bool ls_omp_task_cancelled(const struct ls_omp_task *task);
-bool ls_omp_cancelled_in(const struct ls_omp_team *team, const struct ls_omp_taskgroup *group);
-void ls_omp_cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team);
+/* Cancellation (cancel.c): whether team's region is cancelled; whether a task of team
+ * in group belongs to a cancelled region or taskgroup (then it is not run, only
+ * completed) */
+static inline bool ls_omp_team_cancelled(const struct ls_omp_team *team)
+{
+    return team && ls_load_acquire(&team->cancelled);
+}
+
+static inline bool ls_omp_cancelled_in(const struct ls_omp_team *team,
+                                       const struct ls_omp_taskgroup *group)
+{
+    if (ls_omp_team_cancelled(team))
+        return true;
+    for (const struct ls_omp_taskgroup *g = group; g; g = g->prev)
+        if (ls_load_acquire(&g->cancelled))
+            return true;
+    return false;
+}
+
+static inline bool ls_omp_task_cancelled(const struct ls_omp_task *task)
+{
+    return ls_omp_cancelled_in(task->team, task->group);
+}
 void GOMP_loop_end_nowait(void);
 void GOMP_sections_end_nowait(void);
 
 /* unsupported.c */
 void ls_omp_unsupported(const char *name) __attribute__((noreturn));
 
-/* Spin only while the process's running threads (every team inside a region, every
- * live pool: the worker core's budget) fit the CPUs: past that, a spinner takes the
- * time slice the thread it waits for needs. */
-static inline bool ls_omp_may_spin(void)
-{
-    return ls_budget_running() <= ls_omp_g.n_cpus;
-}
-
-/* Spin briefly (within the budget), then yield, until cond holds (short waits only). */
-#define LS_OMP_SPIN_UNTIL(cond)                                                         \
-    do {                                                                                \
-        unsigned ls_spin_ = ls_omp_may_spin() ? LS_WAIT_SHORT_SPIN : 0u;                \
-        for (unsigned ls_i_ = 0; !(cond); ls_i_++) {                                    \
-            if (ls_i_ < ls_spin_)                                                       \
-                ls_cpu_relax();                                                         \
-            else                                                                        \
-                ls_yield();                                                          \
-        }                                                                               \
-    } while (0)
-
-/* A spinlock for a few stores' worth of holding (a task list, a deque's top): a mutex's
- * sleep and wake would cost microseconds. acquire/release: each holder sees the last
- * one's changes. */
-static inline void ls_omp_spin_lock(uint32_t *lock)
-{
-    while (__atomic_exchange_n(lock, 1u, __ATOMIC_ACQUIRE) != 0)
-        LS_OMP_SPIN_UNTIL(ls_load_relaxed(lock) == 0);
-}
-
-static inline bool ls_omp_spin_trylock(uint32_t *lock)
-{
-    return __atomic_exchange_n(lock, 1u, __ATOMIC_ACQUIRE) == 0;
-}
-
-static inline void ls_omp_spin_unlock(uint32_t *lock)
-{
-    ls_store_release(lock, 0u);
-}
+#include "spin.h" /* the short waits: with the state above */
 
 #endif

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "omp_impl.h"
+#include "chunk.h"
 
 /* ---- sections ---------------------------------------------------------------------------- */
 

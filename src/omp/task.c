@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "omp_impl.h"
+#include "bell.h"
 
 /* The slot of t's place in a team with deques, NULL in none. */
 static inline struct ls_omp_slot *own_slot(const struct ls_omp_thread *t)
@@ -186,8 +187,12 @@ static void complete_task(struct ls_omp_task *task)
     struct ls_omp_taskgroup *group = task->group;
     struct ls_omp_team *team = task->team;
     bool counted = task->counted;
-    if (task->dn)
-        ls_omp_deps_done(task); /* its successors may start */
+    if (task->dn) { /* its successors may start */
+        uint32_t ready = ls_omp_deps_done(task);
+        for (uint32_t i = 0; i < ready; i++)
+            ls_omp_task_enqueue(task->dn->succ[i]->team, task->dn->succ[i]);
+        ls_omp_deps_clear(task);
+    }
     if (group)
         ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
     if (parent) {
@@ -350,6 +355,31 @@ void ls_omp_taskwait(struct ls_omp_thread *t)
 {
     struct ls_omp_task *task = t->c.task;
     run_until(t, &task->finished, task->spawned);
+}
+
+/* A construct that only waits on its depend clauses: a waiter of its own, linked after
+ * the siblings it depends on (depend.c), while this thread runs the parent's children. */
+void ls_omp_wait_depend(struct ls_omp_thread *t, void **depend)
+{
+    struct ls_omp_team *team = t->c.team;
+    if (!team || team->n == 1 || !team->pool) {
+        ls_omp_taskwait(t); /* nothing is queued: every earlier sibling has ended */
+        return;
+    }
+    struct ls_omp_task w = {0};
+    struct ls_omp_depnode dn = {0};
+    uint32_t n = ls_omp_deps_parse(depend, NULL);
+    struct ls_omp_dep deps[n ? n : 1];
+    ls_omp_deps_parse(depend, deps);
+    dn.deps = deps;
+    dn.ndeps = n;
+    dn.waiter = true;
+    w.dn = &dn;
+    if (ls_omp_deps_link(t->c.task, &w, false) == 0)
+        return;
+    while (ls_load_acquire(&dn.npred) != 0)
+        if (!ls_omp_run_child(t))
+            ls_yield();
 }
 
 static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool final)

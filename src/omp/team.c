@@ -16,9 +16,8 @@
 #include <string.h>
 
 #include "omp_impl.h"
+#include "bell.h"
 #include "../workers/workers.h"
-
-__thread struct ls_omp_thread ls_omp_self __attribute__((tls_model("initial-exec")));
 
 struct ls_omp_worker {
     struct ls_omp_slot slot;      /* first: the allocation is aligned for it */
@@ -483,6 +482,32 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
     enter_team(t, team, 0, &team->master_implicit);
 }
 
+/* The master at the join of a cancelled region: every worker at the join, no task
+ * pending, then count raised so that the next fork's arrival completes every worker's
+ * join episode. */
+static void cancelled_gather(struct ls_omp_thread *t, struct ls_omp_team *team)
+{
+    uint32_t seq = team->region_seq;
+    for (;;) {
+        bool all = ls_omp_no_pending(team) && ls_load_seqcst(&team->leaving) == 0;
+        for (int i = 1; all && i < team->n; i++)
+            all = ls_load_acquire(&team->slots[i]->joined) == seq;
+        if (all)
+            break;
+        if (!ls_omp_run_one_task(t))
+            ls_yield();
+    }
+    ls_omp_give_back(t);
+    uint64_t high = ls_load_relaxed(&team->count);
+    for (int i = 1; i < team->n; i++) {
+        uint64_t want = ls_load_relaxed(&team->slots[i]->join_target) - 1u;
+        if (want > high)
+            high = want;
+    }
+    /* every worker waits only for count; none arrives again before the next fork */
+    ls_store_release(&team->count, high);
+}
+
 void ls_omp_join(void)
 {
     struct ls_omp_thread *t = ls_omp_thr();
@@ -493,7 +518,7 @@ void ls_omp_join(void)
         /* the gather: every worker has arrived at the episode the master's next
          * arrival (the next fork) completes */
         if (LS_UNLIKELY(ls_load_seqcst(&team->cancelled)))
-            ls_omp_cancelled_gather(t, team);
+            cancelled_gather(t, team);
         else
             ls_omp_wait(t, team, t->c.next_target - 1u, LS_WAIT_GATHER);
         ls_budget_omp_add(team->parent ? 1 - team->n : -team->n);

@@ -4,33 +4,64 @@
  * the 3.0 ones (symbol versions OMP_1.0 and OMP_3.0).
  *
  * The lock word: 0 free, 1 held, 2 held with waiters parked on it (futex). A thread
- * takes it with a CAS 0 -> 1, spinning briefly; a contended locker marks it 2 and parks;
- * unlock swaps in 0 and wakes one waiter when the word was 2. */
+ * takes it with a CAS 0 -> 1, spinning briefly (src/wait's loop); a contended locker
+ * marks it 2 and parks; unlock swaps in 0 and wakes one waiter when the word was 2. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "omp_impl.h"
+#include "../wait/loop.h"
+
+/* Take a free word, storing mark. acquire: the previous holder's writes before its
+ * unlock. */
+static bool mutex_take(uint32_t *w, uint32_t mark)
+{
+    uint32_t free_ = 0;
+    return __atomic_compare_exchange_n(w, &free_, mark, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
 
 static bool mutex_try(uint32_t *w)
 {
-    uint32_t free_ = 0;
-    return __atomic_compare_exchange_n(w, &free_, 1u, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    return mutex_take(w, 1u);
 }
+
+/* A contended locker waits through src/wait's loop: the hooks take the word and park on
+ * it. Once it has parked it takes the word as 2, not 1, since others may still sleep
+ * there and the unlock must wake the next. */
+struct mutex_wait {
+    uint32_t *w;
+    uint32_t mark; /* what the waiter stores when it takes the word */
+    bool held;
+};
+
+static bool mutex_done(void *arg)
+{
+    struct mutex_wait *m = arg;
+    return m->held || (ls_load_relaxed(m->w) == 0 && mutex_take(m->w, m->mark));
+}
+
+static void mutex_park(void *arg)
+{
+    struct mutex_wait *m = arg;
+    m->mark = 2u;
+    if (__atomic_exchange_n(m->w, 2u, __ATOMIC_ACQUIRE) == 0)
+        m->held = true; /* it was free: ours, marked */
+    else
+        ls_futex_wait(m->w, 2u, NULL, 1);
+}
+
+static const struct ls_wait_hooks mutex_hooks = {mutex_done, NULL, NULL, mutex_park};
 
 static void mutex_lock(uint32_t *w)
 {
+    static const lockstep_wait_t parks; /* no flags: a waiter parks once its spin is spent */
     if (LS_LIKELY(mutex_try(w)))
         return;
-    for (unsigned i = 0; i < LS_WAIT_SHORT_SPIN; i++) {
-        ls_cpu_relax();
-        if (ls_load_relaxed(w) == 0 && mutex_try(w))
-            return;
-    }
-    /* acquire: the previous holder's writes before its unlock */
-    while (__atomic_exchange_n(w, 2u, __ATOMIC_ACQUIRE) != 0)
-        ls_futex_wait(w, 2u, NULL, 1);
+    struct mutex_wait m = {w, 1u, false};
+    /* a short spin, no yields: past it the holder is slow, and the futex hands over */
+    ls_wait_loop(&parks, LS_WAIT_SHORT_SPIN, 0, &mutex_hooks, &m);
 }
 
 static void mutex_unlock(uint32_t *w)

@@ -145,6 +145,8 @@ struct ls_omp_task {
             bool heap;                   /* allocated by task.c: freed when done with */
             bool parent_heap;            /* its parent is, and so waits for it to finish */
             bool block;                  /* in an LS_OMP_TASK_BLOCK block: a thread may keep it */
+            bool included;               /* run by its creator at once: its parent and
+                                            taskgroup do not count it (task.c) */
             struct ls_omp_slot *home;    /* a block: its creator's slot, where it goes back */
         };
         char fields_line[LOCKSTEP_CACHELINE];
@@ -179,6 +181,7 @@ static inline void ls_omp_task_clear(struct ls_omp_task *t, struct ls_omp_taskgr
     t->detach = 0;
     t->home = NULL;
     t->counted = t->final = t->is_explicit = t->heap = t->parent_heap = t->block = false;
+    t->included = false;
 }
 
 /* ---- work sharing ------------------------------------------------------------------ */
@@ -212,7 +215,9 @@ struct ls_omp_ws {
  * own line; thieves take from the top, one at a time under lock, on another line. */
 struct ls_omp_deque {
     _Alignas(LOCKSTEP_CACHELINE) uint32_t bottom;
-    LS_PADTO(4);
+    uint32_t top_seen;           /* the owner's last read of top (top only grows) */
+    uint64_t top_read_at;        /* ... and when (TSC: task.c, queued_enough) */
+    LS_PADTO(16);
     _Alignas(LOCKSTEP_CACHELINE) uint32_t top;
     uint32_t lock;
     LS_PADTO(8);
@@ -482,10 +487,21 @@ void GOMP_taskgroup_reduction_register(uintptr_t *data);
 void ls_omp_ws_reductions(struct ls_omp_thread *t, uintptr_t *reductions);
 
 /* Queue a deferred task that may run now; run one queued descendant of this thread's
- * task; free the thread's spare task blocks. */
+ * task. */
 void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task);
 bool ls_omp_run_child(struct ls_omp_thread *t);
 bool ls_omp_tasks_queued(const struct ls_omp_thread *t, const struct ls_omp_team *team);
+
+/* The slot of t's place in a team with deques, NULL in none. */
+static inline struct ls_omp_slot *ls_omp_own_slot(const struct ls_omp_thread *t)
+{
+    return t->c.deque ? (struct ls_omp_slot *)(void *)((char *)t->c.deque -
+                                                       offsetof(struct ls_omp_slot, tasks))
+                      : NULL;
+}
+
+/* taskmem.c: the thread's spare blocks freed; a gone team's returned blocks freed; the
+ * blocks held for another member given back (taskmem.h: the rest of task memory) */
 void ls_omp_spares_free(struct ls_omp_thread *t);
 void ls_omp_returned_free(struct ls_omp_slot *slot);
 void ls_omp_give_back(struct ls_omp_thread *t);
@@ -504,11 +520,6 @@ uint32_t ls_omp_deque_steal(struct ls_omp_deque *d, struct ls_omp_task **out, ui
 static inline bool ls_omp_deque_busy(const struct ls_omp_deque *d)
 {
     return (int32_t)(ls_load_seqcst(&d->bottom) - ls_load_seqcst(&d->top)) > 0;
-}
-static inline bool ls_omp_deque_full(const struct ls_omp_deque *d)
-{
-    return (int32_t)(ls_load_relaxed(&d->bottom) - ls_load_acquire(&d->top)) >=
-           LS_OMP_DEQUE_ROOM;
 }
 
 /* depend.c: a clause list's entries (counted when deps is NULL); link x after its

@@ -12,13 +12,15 @@
  * task began (t->c.mark), from others' those whose ancestors include it.
  *
  * A task runs at once instead (undeferred) when: its if clause is false; it is final
- * or inside a final task; the team has one thread; its creator's deque is full; or it
- * has depend clauses, in which case its parent's earlier children finish first, so it
- * runs after every sibling it could depend on, in creation order.
+ * or inside a final task; the team has one thread; its creator's deque holds enough
+ * for the team (queued_enough); or it has depend clauses, in which case its parent's
+ * earlier children finish first, so it runs after every sibling it could depend on, in
+ * creation order. One run at once and not detached is included: its creator runs it
+ * to its end before going on, so its parent and taskgroup do not count it.
  *
  * Lifetime: a heap task lives until its run (and any hold on it) has ended and its
- * children have finished (task_release); its block then goes back to the member that
- * created it. Implicit tasks are never freed: a region ends only after all its tasks. */
+ * children have finished; its block then goes back to the member that created it
+ * (taskmem.h). Implicit tasks are never freed: a region ends only after all its tasks. */
 #define _GNU_SOURCE
 #include <stddef.h>
 #include <stdlib.h>
@@ -26,132 +28,13 @@
 
 #include "omp_impl.h"
 #include "bell.h"
-
-/* The slot of t's place in a team with deques, NULL in none. */
-static inline struct ls_omp_slot *own_slot(const struct ls_omp_thread *t)
-{
-    return t->c.deque ? (struct ls_omp_slot *)(void *)((char *)t->c.deque -
-                                                       offsetof(struct ls_omp_slot, tasks))
-                      : NULL;
-}
-
-/* A task of size bytes: a block from the thread's spares when it fits one, else from
- * the blocks other threads gave back to its slot, else new. */
-static struct ls_omp_task *task_alloc(struct ls_omp_thread *t, size_t size)
-{
-    struct ls_omp_task *task = NULL;
-    if (size <= LS_OMP_TASK_BLOCK) {
-        struct ls_omp_slot *slot;
-        size = LS_OMP_TASK_BLOCK;
-        task = t->spare;
-        if (!task && (slot = own_slot(t)) && ls_load_relaxed(&slot->returned))
-            task = ls_exchange(&slot->returned, NULL, __ATOMIC_ACQUIRE);
-        if (task) {
-            t->spare = task->next;
-            if (t->n_spare)
-                t->n_spare--;
-            return task;
-        }
-    }
-    task = malloc(size);
-    if (task)
-        task->finished = 0;
-    return task;
-}
-
-/* Push the blocks this thread holds for another member onto that member's slot. */
-void ls_omp_give_back(struct ls_omp_thread *t)
-{
-    if (!t->give)
-        return;
-    struct ls_omp_slot *home = t->give_to;
-    struct ls_omp_task *head = ls_load_relaxed(&home->returned);
-    do /* a stack only pushed to and taken whole: no ABA */
-        t->give_tail->next = head;
-    while (!__atomic_compare_exchange_n(&home->returned, &head, t->give, true, __ATOMIC_RELEASE,
-                                        __ATOMIC_RELAXED));
-    t->give = NULL;
-    t->n_give = 0;
-}
-
-/* The task's memory is no longer needed. A block another member created goes back to
- * it (so a creator whose tasks run elsewhere reuses its blocks instead of taking new
- * ones from malloc, where this thread's frees would contend for its arena), in
- * batches, so its slot's line moves once per batch; a member holding some gives them
- * back before any wait of its team ends (ls_omp_wait), so none outlives the team.
- * Others join this thread's spares (a thread that frees them when it ends), else go
- * back to malloc. */
-static void recycle(struct ls_omp_task *task)
-{
-    struct ls_omp_thread *t = ls_omp_thr();
-    struct ls_omp_slot *home = task->home, *own = own_slot(t);
-    if (home && home != own) {
-        if (t->give_to != home)
-            ls_omp_give_back(t);
-        if (!t->give)
-            t->give_tail = task;
-        task->next = t->give;
-        t->give = task;
-        t->give_to = home;
-        if (++t->n_give >= LS_OMP_TASK_GIVE_BATCH || !own)
-            ls_omp_give_back(t); /* a thread of no team has no wait that would */
-    } else if (task->block && t->keeps_spares && t->n_spare < LS_OMP_TASK_SPARES) {
-        task->next = t->spare;
-        t->spare = task;
-        t->n_spare++;
-    } else {
-        free(task);
-    }
-}
-
-/* Drop a reference to a heap task (its run's, or a hold). A task lives until it has
- * ended and its children have finished, counted without a word that both its
- * creations and its children's ends write: children add 1 to finished as they end;
- * the last reference subtracts spawned (final by then). Whichever brings finished to
- * 0 frees the task; before the subtraction finished is its children's count, so no
- * child's addition reaches 0. A leaf's finished stays 0, and a task nothing else
- * holds (none can take a hold once others may run it) skips the subtraction on refs:
- * the thread that ran it writes to it only to give it back. */
-static void task_release(struct ls_omp_task *task)
-{
-    if (!task->heap)
-        return;
-    if (ls_load_acquire(&task->refs) != 1u &&
-        ls_fetch_add(&task->refs, (uint32_t)-1, __ATOMIC_ACQ_REL) != 1u)
-        return;
-    uint32_t spawned = task->spawned;
-    if (spawned == 0 || ls_fetch_add(&task->finished, 0u - spawned, __ATOMIC_ACQ_REL) == spawned)
-        recycle(task);
-}
-
-static void free_list(struct ls_omp_task *task)
-{
-    while (task) {
-        struct ls_omp_task *next = task->next;
-        free(task);
-        task = next;
-    }
-}
-
-void ls_omp_spares_free(struct ls_omp_thread *t)
-{
-    free_list(t->spare);
-    t->spare = NULL;
-    t->n_spare = 0;
-}
-
-/* The team is gone: every task of it has ended, so nothing is pushed here any more. */
-void ls_omp_returned_free(struct ls_omp_slot *slot)
-{
-    free_list(slot->returned);
-    slot->returned = NULL;
-}
+#include "taskmem.h"
 
 /* t's slot in team, where it counts the team's tasks; NULL if it has none there. */
 static inline struct ls_omp_slot *slot_in(const struct ls_omp_thread *t,
                                           const struct ls_omp_team *team)
 {
-    return t->c.team == team ? own_slot(t) : NULL;
+    return t->c.team == team ? ls_omp_own_slot(t) : NULL;
 }
 
 /* A deferred task of team is created: counted before anything publishes it. */
@@ -193,14 +76,16 @@ static void complete_task(struct ls_omp_task *task)
             ls_omp_task_enqueue(task->dn->succ[i]->team, task->dn->succ[i]);
         ls_omp_deps_clear(task);
     }
-    if (group)
+    if (task->included) {
+        /* its creator waited for it: no count of its parent or taskgroup to settle */
+    } else if (group)
         ls_fetch_add(&group->count, (uint32_t)-1, __ATOMIC_RELEASE);
-    if (parent) {
+    if (parent && !task->included) {
         if (ls_fetch_add(&parent->finished, 1u, __ATOMIC_ACQ_REL) == (uint32_t)-1 &&
             task->parent_heap)
-            recycle(parent); /* it had ended: this was its last child */
+            ls_omp_task_recycle(parent); /* it had ended: this was its last child */
     }
-    task_release(task);
+    ls_omp_task_release(task);
     if (counted && team)
         count_completed(team);
 }
@@ -392,6 +277,8 @@ static void link_task(struct ls_omp_thread *t, struct ls_omp_task *task, bool fi
     task->is_explicit = true;
     task->spawned = 0; /* finished is 0 already (task_alloc) */
     task->parent_heap = parent->heap;
+    if (task->included)
+        return; /* its creator runs it to the end before it goes on */
     parent->spawned++; /* only this thread runs the parent */
     if (task->group)
         ls_fetch_add(&task->group->count, 1u, __ATOMIC_RELAXED);
@@ -417,6 +304,28 @@ void ls_omp_task_enqueue(struct ls_omp_team *team, struct ls_omp_task *task)
         ls_omp_ring(team);
 }
 
+/* Whether the creator's deque holds enough tasks for the team (LS_OMP_QUEUED_PER_MEMBER
+ * per member): then a new task runs at once, as libgomp's creators do past their
+ * threshold. The count uses top as this check last read it (top only grows, so the
+ * count is never too low) and reads it again, a line thieves write, only after
+ * LS_OMP_QUEUE_RECHECK_TICKS: between two reads the creator queues at most a limit's
+ * worth of tasks and runs the rest itself, and after a long task it looks at once. */
+static bool queued_enough(struct ls_omp_deque *d, int n)
+{
+    int64_t limit = (int64_t)LS_OMP_QUEUED_PER_MEMBER * n;
+    if (limit > LS_OMP_DEQUE_ROOM)
+        limit = LS_OMP_DEQUE_ROOM;
+    uint32_t b = ls_load_relaxed(&d->bottom);
+    if ((int32_t)(b - d->top_seen) < limit)
+        return false;
+    uint64_t now = __rdtsc();
+    if (now - d->top_read_at < LS_OMP_QUEUE_RECHECK_TICKS)
+        return true;
+    d->top_read_at = now;
+    d->top_seen = ls_load_acquire(&d->top);
+    return (int32_t)(b - d->top_seen) >= limit;
+}
+
 /* depend: the task's depend clauses, for a deferred task of a team of several (it waits
  * for its predecessors); NULL otherwise. */
 void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, void *),
@@ -426,7 +335,7 @@ void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     struct ls_omp_thread *t = ls_omp_thr();
     struct ls_omp_team *team = t->c.team;
     bool defer = deferrable && team && team->n > 1 && t->c.deque &&
-                 (depend || !ls_omp_deque_full(t->c.deque));
+                 (depend || !queued_enough(t->c.deque, team->n));
     if (!defer && (!team || team->n == 1) && !detach) {
         /* a team of one: everything runs here and now, children included, so the
          * task can live on this stack; no other thread sees it from start to end, so
@@ -460,14 +369,14 @@ void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
     size_t icv_room = own_icv ? sizeof(struct ls_omp_icv) : 0;
     size_t head = sizeof(struct ls_omp_task) + icv_room + deps_room;
     size_t size = head + ls_omp_copy_room(arg_size, arg_align);
-    struct ls_omp_task *task = task_alloc(t, size);
+    struct ls_omp_task *task = ls_omp_task_alloc(t, size);
     if (!task) {
         ls_omp_warn("out of memory for a task");
         abort();
     }
     ls_omp_task_clear(task, NULL);
     task->block = size <= LS_OMP_TASK_BLOCK;
-    task->home = task->block ? own_slot(t) : NULL;
+    task->home = task->block ? ls_omp_own_slot(t) : NULL;
     task->fn = fn;
     task->refs = 1;
     task->team = team;
@@ -493,6 +402,7 @@ void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
         cpyfn(task->data, data);
     else if (arg_size > 0)
         memcpy(task->data, data, (size_t)arg_size);
+    task->included = !defer && !detach;
     link_task(t, task, final);
     if (task->icv)
         *task->icv = t->c.icv;
@@ -509,7 +419,7 @@ void ls_omp_task_create(void (*fn)(void *), void *data, void (*cpyfn)(void *, vo
             while (ls_load_acquire(&task->detach) != 0)
                 if (!ls_omp_run_one_task(t))
                     ls_yield();
-            task_release(task);
+            ls_omp_task_release(task);
         }
         return;
     }

@@ -64,6 +64,10 @@ static void enter_team(struct ls_omp_thread *t, struct ls_omp_team *team, int ti
     t->c.n = team->n;
     t->c.deque = team->pool ? &team->slots[tid]->tasks : NULL;
     t->c.mark = t->c.deque ? t->c.deque->bottom : 0u;
+    /* the deque is empty (every task of the last region ran): its count exact again,
+     * so no stale one keeps this region's tasks here (task.c, queued_enough) */
+    if (t->c.deque && t->c.deque->top_seen != t->c.mark)
+        t->c.deque->top_seen = t->c.mark;
     t->c.next_target = team->base + (uint64_t)team->n;
     t->c.ws_count = team->ws_base;
     t->c.ws = NULL;

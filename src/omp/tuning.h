@@ -7,9 +7,18 @@
  * constructs ahead of the slowest before it waits for a descriptor to come free. */
 #define LS_OMP_WS_RING 8u
 
-/* A task is run at once, not queued, when its creator's deque holds this many (less
- * one): past that, queueing only costs memory, and every thread has work. A power of 2. */
+/* The places in a member's deque of tasks; a power of 2. */
 #define LS_OMP_DEQUE_CAP 256u
+
+/* A creator runs a new task at once, not queued, when its deque holds this many tasks
+ * per team member: the others have enough to take, and a tiny task costs less run
+ * here than moved to another CPU. */
+#define LS_OMP_QUEUED_PER_MEMBER 16
+
+/* ... and while it does, it looks at what the thieves took (a line they write) only
+ * after this many TSC ticks: once per stretch of tiny tasks, yet after every task long
+ * enough to matter, so the others never wait long for the queue to refill. */
+#define LS_OMP_QUEUE_RECHECK_TICKS 65536u
 
 /* A task and its data in this many bytes come from a block a thread keeps for reuse
  * (up to LS_OMP_TASK_SPARES of them): most tasks capture a few pointers. */

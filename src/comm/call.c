@@ -8,11 +8,12 @@
 #include <string.h>
 
 #include "comm_impl.h"
+#include "../wait/loop.h"
 
 /* Waiting for peers when ranks outnumber CPUs. The wait policy then yields at once,
  * which is right while a peer that has not arrived needs this CPU. But when every
- * missing peer last ran on another CPU, waiting's rule (ls_wait_elsewhere_spins)
- * spins first, then waits as usual. Where a rank runs is a hint it
+ * missing peer last ran on another CPU, waiting's rule (the elsewhere hook of
+ * src/wait/loop.h) spins first, then waits as usual. Where a rank runs is a hint it
  * publishes next to the word peers wait on (ann.where for announcements, own.where for
  * steps); -1, unknown, counts as this CPU. */
 static int track_cpu(const lockstep_comm_t *c)
@@ -46,8 +47,43 @@ static int all_missing_elsewhere(lockstep_comm_t *c, struct ls_peer_words pw, ui
  * only once some peer is missing (LS_NO_DEADLINE_YET until then). */
 #define LS_NO_DEADLINE_YET UINT64_MAX
 
+/* One missing peer's wait, in waiting's one shape (src/wait/loop.h): no spin of its
+ * own, the elsewhere rule while every missing peer runs on another CPU, then the
+ * collectives' wait for the word (spin, yield, park in slices, with the deadline and
+ * the liveness checks), which ends it or fails it. */
+struct peer_wait {
+    lockstep_comm_t *c;
+    lockstep_waitword_t *w;
+    struct ls_peer_words pw;
+    uint32_t t;
+    int r, cpu, rc;
+    uint64_t deadline;
+};
+
+static bool peer_done(void *arg)
+{
+    struct peer_wait *p = arg;
+    return p->rc != 0 || ls_reached(ls_load_acquire(&p->w->value), p->t);
+}
+
+static bool peer_elsewhere(void *arg)
+{
+    struct peer_wait *p = arg;
+    return p->cpu >= 0 && all_missing_elsewhere(p->c, p->pw, p->t, p->cpu);
+}
+
+static void peer_park(void *arg)
+{
+    struct peer_wait *p = arg;
+    int rc = ls_comm_wait_word(p->c, p->r, p->w, p->t, p->deadline);
+    p->rc = rc ? rc : 1; /* 1: reached (the word is checked again) */
+}
+
+static const struct ls_wait_hooks peer_hooks = {peer_done, NULL, peer_elsewhere, peer_park};
+
 static int wait_peers(lockstep_comm_t *c, struct ls_peer_words pw, uint32_t t, int cpu, uint64_t *deadline)
 {
+    static const lockstep_wait_t parks; /* no flags: past the elsewhere spin, peer_park */
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank)
             continue;
@@ -56,14 +92,10 @@ static int wait_peers(lockstep_comm_t *c, struct ls_peer_words pw, uint32_t t, i
             continue;
         if (*deadline == LS_NO_DEADLINE_YET)
             *deadline = ls_comm_deadline(c);
-        if (cpu >= 0 && all_missing_elsewhere(c, pw, t, cpu)) {
-            uint32_t budget = ls_wait_elsewhere_spins();
-            for (uint32_t i = 0; i < budget && !ls_reached(ls_load_acquire(&w->value), t); i++)
-                ls_cpu_relax();
-        }
-        int rc = ls_comm_wait_word(c, r, w, t, *deadline);
-        if (rc)
-            return rc;
+        struct peer_wait p = {c, w, pw, t, r, cpu, 0, *deadline};
+        ls_wait_loop(&parks, 0, 0, &peer_hooks, &p);
+        if (p.rc < 0)
+            return p.rc;
     }
     return 0;
 }

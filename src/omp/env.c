@@ -267,6 +267,9 @@ void ls_omp_env_init(void)
         if (g->icv.bind == LS_BIND_FALSE && g->places && !getenv("OMP_PROC_BIND"))
             g->icv.bind = LS_BIND_TRUE;
     }
+    /* binding without OMP_PLACES: a place per core, libgomp's default */
+    if (g->icv.bind != LS_BIND_FALSE && !g->places && ls_omp_places_init("cores") == 0)
+        g->places = ls_omp_num_places();
     if ((s = getenv("GOMP_STACKSIZE")) && *s)
         parse_stack("GOMP_STACKSIZE", s);
     if ((s = getenv("OMP_STACKSIZE")) && *s)

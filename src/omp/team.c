@@ -243,36 +243,9 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     return pool;
 }
 
-static struct ls_cpus process_cpus; /* as the process began: what binding spreads over */
-static pthread_once_t process_cpus_once = PTHREAD_ONCE_INIT;
-
-static void read_process_cpus(void)
-{
-    ls_cpus_read(&process_cpus);
-}
-
-/* OMP_PROC_BIND without OMP_PLACES: the CPU for thread tid (close: in turn; spread:
- * spaced out; primary: the first) */
-static int bind_cpu(int tid)
-{
-    pthread_once(&process_cpus_once, read_process_cpus);
-    const struct ls_cpus *c = &process_cpus;
-    if (c->n == 0)
-        return -1;
-    int bind = ls_omp_g.icv.bind;
-    if (bind == LS_BIND_SPREAD) {
-        int nth = ls_omp_g.icv.nthreads > 0 ? ls_omp_g.icv.nthreads : 1;
-        int stride = c->n / nth > 1 ? c->n / nth : 1;
-        return c->list[(tid * stride) % c->n];
-    }
-    if (bind == LS_BIND_PRIMARY)
-        return c->list[0];
-    return c->list[tid % c->n];
-}
-
-/* Start worker w through the worker core: bound to its place or CPU under
- * OMP_PROC_BIND, else begun on a CPU of its own after the creator's (cpus). 0 or
- * -errno. */
+/* Start worker w through the worker core: bound to its place under OMP_PROC_BIND
+ * (env.c makes a place per core when OMP_PLACES is unset), else begun on a CPU of its
+ * own after the creator's (cpus). 0 or -errno. */
 static int start_worker(struct ls_omp_worker *w, int want, const struct ls_cpus *cpus)
 {
     cpu_set_t set;
@@ -283,13 +256,6 @@ static int start_worker(struct ls_omp_worker *w, int want, const struct ls_cpus 
         w->place = ls_omp_place_for(w->tid, want, ls_omp_self.place, ls_omp_g.icv.bind);
         if (ls_omp_place_set(w->place, &set))
             s.bind = &set;
-    } else if (ls_omp_g.icv.bind != LS_BIND_FALSE) {
-        int cpu = bind_cpu(w->tid);
-        if (cpu >= 0) {
-            CPU_ZERO(&set);
-            CPU_SET(cpu, &set);
-            s.bind = &set;
-        }
     } else {
         w->creator = cpus->set;
         s.start_cpu = w->start_cpu = ls_start_cpu(cpus, w->tid);

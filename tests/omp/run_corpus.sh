@@ -10,6 +10,9 @@
 #                same output as with the defaults
 #   budget       PROG (corpus/budget.c) under LIB alone: a lockstep pool and OpenMP
 #                regions count in one budget of running threads
+#   bind         PROG (corpus/bind.c) under OMP_PROC_BIND=true/close/spread without
+#                OMP_PLACES, as many threads as CPUs: the team covers every CPU, and
+#                the places and CPUs are libgomp's
 #   threads      threads that cannot be created: a smaller team and a warning
 #   abi          LIB exports every function libgomp.so.1 exports, with its version, and
 #                those libgomp 13 and 14 add
@@ -97,6 +100,19 @@ budget)
   [ $rc -eq 0 ] || fail "exit $rc: $(cat "$tmp/err")"
   grep -q '^ok ' "$tmp/out" || fail "output '$(cat "$tmp/out")'"
   echo "ok: one budget: teams of $(cut -d' ' -f2- "$tmp/out")" ;;
+bind)
+  cpus=$(nproc)
+  for policy in true close spread; do
+    OMP_PROC_BIND=$policy under_lockstep "$cpus" "$prog" || fail "$policy: exit $?: $(cat "$tmp/err")"
+    got=$(cat "$tmp/out")
+    case "$got" in "ok places="[1-9]*" cpus=$cpus") ;; *) fail "$policy: '$got', expected places and cpus=$cpus" ;; esac
+    if [ -z "${LOCKSTEP_CORPUS_NO_GOMP:-}" ]; then
+      ref=$(OMP_PROC_BIND=$policy OMP_NUM_THREADS=$cpus timeout "$limit" "$prog") ||
+        fail "libgomp, $policy: exit $?"
+      [ "$got" = "$ref" ] || fail "$policy: '$got', libgomp '$ref'"
+    fi
+  done
+  echo "ok: bound teams cover the $cpus CPUs" ;;
 threads)
   # a 256 MiB stack per thread in a 1 GiB address space: some workers cannot start
   (ulimit -v 1048576 && OMP_STACKSIZE=256M under_lockstep 16 "$prog") ||

@@ -44,16 +44,36 @@ static inline bool done(struct ls_omp_team *team, uint64_t target, enum ls_omp_w
 /* Threads outnumber the CPUs: is a member that has not arrived at this episode on this
  * CPU (as of its last arrival)? Then this thread yields to it; otherwise the threads it
  * waits for run elsewhere, and it spins a while instead of handing the CPU to another
- * waiter. */
-static bool missing_here(const struct ls_omp_team *team, uint64_t target, int cpu)
+ * waiter. The members last seen here are looked at first: their lines are this CPU's,
+ * the others' a move from another CPU each. */
+static bool missing_here(struct ls_omp_thread *t, const struct ls_omp_team *team, int n,
+                         uint64_t target, int cpu)
 {
-    int n = team->n;
-    for (int i = 0; i < n; i++) {
+    uint64_t seen = t->here, here = 0;
+    for (uint64_t m = seen; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        if (i >= n)
+            break;
         const struct ls_omp_slot *s = team->slots[i];
-        if (ls_load_relaxed(&s->arrived) < target && ls_load_relaxed(&s->cpu) == cpu)
+        if (ls_load_relaxed(&s->cpu) != cpu)
+            continue;
+        if (ls_load_relaxed(&s->arrived) < target)
             return true;
+        here |= 1ull << i;
     }
-    return false;
+    bool missing = false;
+    for (int i = 0; i < n && !missing; i++) {
+        if (i < 64 && (seen >> i & 1u))
+            continue;
+        const struct ls_omp_slot *s = team->slots[i];
+        if (ls_load_relaxed(&s->cpu) != cpu)
+            continue;
+        if (i < 64)
+            here |= 1ull << i;
+        missing = ls_load_relaxed(&s->arrived) < target;
+    }
+    t->here = here;
+    return missing;
 }
 
 /* What a member's wait passes its hooks (src/wait/loop.h) */
@@ -62,6 +82,8 @@ struct member_wait {
     struct ls_omp_team *team;
     uint64_t target;
     enum ls_omp_wait_kind kind;
+    int n;   /* the members of the episode waited for: at a join, the master may be
+              * rewriting team->n for the next region */
     int cpu;
 };
 
@@ -81,7 +103,7 @@ static bool wait_work(void *arg)
 static bool wait_elsewhere(void *arg)
 {
     struct member_wait *m = arg;
-    return !missing_here(m->team, m->target, m->cpu);
+    return !missing_here(m->t, m->team, m->n, m->target, m->cpu);
 }
 
 static void wait_park(void *arg)
@@ -96,7 +118,7 @@ static void wait_park(void *arg)
 }
 
 static const struct ls_wait_hooks member_hooks = {wait_done, wait_work, NULL, wait_park};
-/* oversubscribed, at a barrier: spin while the missing members run elsewhere */
+/* oversubscribed: spin while the missing members run elsewhere */
 static const struct ls_wait_hooks member_hooks_aware = {wait_done, wait_work, wait_elsewhere,
                                                         wait_park};
 
@@ -107,9 +129,14 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
     bool fits = ls_omp_may_spin();
     uint32_t spins = fits ? w->spin : 0;
     uint32_t yields = fits ? w->yields : LS_WAIT_YIELDS_OVERSUBSCRIBED;
-    struct member_wait m = {t, team, target, kind, -1};
-    if (!fits && kind != LS_WAIT_JOIN && team->slots) {
+    struct member_wait m = {t, team, target, kind, t->c.n, -1};
+    if (!fits && team->slots) {
         m.cpu = sched_getcpu();
+        if (kind == LS_WAIT_GATHER) { /* the master arrives at the fork: till then, missing */
+            struct ls_omp_slot *s = team->slots[0];
+            ls_store_relaxed(&s->cpu, m.cpu);
+            ls_store_relaxed(&s->arrived, target);
+        }
         ls_wait_loop(w, spins, yields, &member_hooks_aware, &m);
     } else {
         ls_wait_loop(w, spins, yields, &member_hooks, &m);

@@ -333,6 +333,8 @@ struct ls_omp_thread {
     struct ls_omp_taskgroup *fork_group; /* for the next fork's implicit tasks */
     unsigned orphan_section, orphan_sections; /* sections outside any region: last given, count */
     int place;                      /* the place it is bound to, -1: none */
+    uint64_t here;                  /* oversubscribed: members (tid < 64) last seen on its
+                                     * CPU at a wait (barrier.c) */
     /* the running explicit task's ICVs as it started, saved by the first ICV change
      * in it (ls_omp_icv_write) and restored when it ends */
     struct ls_omp_icv *icv_backup;

@@ -52,6 +52,8 @@ void ls_wait_wake_split(const struct lockstep_wait *w, uint32_t *value, uint32_t
  * yield would hand this CPU to a thread that only waits too. Each waiter knows where
  * its peers ran (the OpenMP team's slots, the communicator's control blocks). */
 uint32_t ls_wait_elsewhere_spins(void);
+/* PAUSE rounds that take about ns (PAUSE timed once per process), at least 64 */
+uint32_t ls_wait_pauses_for(uint64_t ns);
 
 /* Register this process (once) for membarrier's global expedited command: 1 when it
  * is. A process-shared lockstep_wait_t may then carry LOCKSTEP_WAIT_F_ASYM (publish

@@ -30,10 +30,10 @@
  *   call            small: one sync  large                 zero-copy          kernel copy:
  *                                                                             close | far
  *   allreduce       <= allreduce_    chunked reduce-       send and recv in   -     | from
- *                   small_bytes      scatter + allgather   every rank's             | 64 KiB
- *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB       |
- *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)        |
- *                   oversubscribed)  chunk                                          |
+ *                   small_bytes      scatter + allgather   every rank's             | 64 KiB;
+ *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB       | 256 KiB-
+ *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)        | 4 MiB
+ *                   oversubscribed)  chunk                                          | oversub.
  *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  -     | blocks
  *                   (8 KiB over.)                          blocks                   | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160
@@ -50,8 +50,10 @@
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
  * rank 1, measured at create and every 1024 calls (lockstep_comm_distance): far apart,
  * every line the slots move costs a far transfer twice, and the kernel's one copy wins.
- * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs, whatever the
- * distance. Tiny payloads (up to 100 bytes) ride inside the announcement itself.
+ * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs. The oversubscribed
+ * windows hold there whatever the distance, but for the allreduce's, which holds far
+ * apart only, and for 4-byte and wider elements (f16/bf16 keep the slots). Tiny
+ * payloads (up to 100 bytes) ride inside the announcement itself.
  * LOCKSTEP_KERNEL_COPY_WIDE lifts the close windows' upper limits (allreduce from
  * 256 KiB, f16/bf16 512 KiB; reduce-scatter 256 KiB), for machines whose kernel copies
  * are as fast as memcpy (lockstep does not time them). Eager broadcasts
@@ -318,9 +320,10 @@ int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv,
 /* The ranks' distance as last judged: rank 0 and rank 1 bounce a cache line at create
  * and every 1024 calls (after the call's announcement), and every rank's routes follow
  * rank 0's judgement from its next call on. *round_trip_ns (if not NULL) gets the
- * round trip judged from, 0 while none was measured (one rank, ranks outnumbering the
- * CPUs, or rank 1 did not answer). Rank 0's params.distance or LOCKSTEP_COMM_DISTANCE
- * (close or far) overrides the judgement; the round trip is still measured.
+ * round trip judged from, 0 while none was measured (one rank, rank 1 did not answer,
+ * or, where ranks outnumber the CPUs, rank 0 and rank 1 shared one). Rank 0's
+ * params.distance or LOCKSTEP_COMM_DISTANCE (close or far) overrides the judgement;
+ * the round trip is still measured.
  * Returns a lockstep_distance_t, or -EINVAL for NULL. Concurrency: any call. */
 int lockstep_comm_distance(const lockstep_comm_t *comm, uint32_t *round_trip_ns);
 

@@ -139,7 +139,8 @@ static inline int ls_kcopy_offer(const lockstep_comm_t *c, struct ls_kcopy_windo
     if (!c->kcopy)
         return 0;
     if (!ls_fits(c))
-        return bytes >= w.over_min;
+        return ls_far(c) ? bytes >= w.over_far_min && bytes <= w.over_far_max
+                         : bytes >= w.over_min;
     if (ls_far(c) && bytes >= w.far_min)
         return 1;
     if (c->kcopy_wide)
@@ -152,6 +153,7 @@ static inline size_t ls_kcopy_least(struct ls_kcopy_window w)
 {
     size_t m = w.fits_min < w.wide_min ? w.fits_min : w.wide_min;
     m = m < w.far_min ? m : w.far_min;
+    m = m < w.over_far_min ? m : w.over_far_min;
     return m < w.over_min ? m : w.over_min;
 }
 

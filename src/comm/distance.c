@@ -16,13 +16,19 @@
 #include <strings.h>
 
 #include "comm_impl.h"
+#include "../wait/kernel.h"
 
-/* Spin until *w holds want, or until the clock passes until: 1 got it, 0 gave up */
-static int await_ping(const uint32_t *w, uint32_t want, uint64_t until)
+/* Spin until *w holds want, or until the clock passes until: 1 got it, 0 gave up.
+ * After spin PAUSE rounds it yields between checks: where ranks outnumber the CPUs the
+ * partner may be waiting for this CPU, and a round trip that long judges nothing. */
+static int await_ping(const uint32_t *w, uint32_t want, uint64_t until, uint32_t spin)
 {
-    for (unsigned i = 1; ls_load_acquire(w) != want; i++) {
-        ls_cpu_relax();
-        if (!(i & 255) && lockstep_now_ns() >= until)
+    for (uint32_t i = 1; ls_load_acquire(w) != want; i++) {
+        if (i < spin)
+            ls_cpu_relax();
+        else
+            ls_yield();
+        if (!(i & (i < spin ? 255u : 15u)) && lockstep_now_ns() >= until)
             return 0;
     }
     return 1;
@@ -43,12 +49,12 @@ int ls_distance_env(const char **bad)
 }
 
 /* Rank 0's side: one group of round trips from value v on, its mean in ns (0: gave up) */
-static uint64_t group(uint32_t *w, uint32_t v, uint64_t until)
+static uint64_t group(uint32_t *w, uint32_t v, uint64_t until, uint32_t spin)
 {
     uint64_t t0 = lockstep_now_ns();
     for (uint32_t i = 0; i < LS_PROBE_GROUP; i++, v += 2) {
         ls_store_release(w, v + 1);
-        if (!await_ping(w, v + 2, until))
+        if (!await_ping(w, v + 2, until, spin))
             return 0;
     }
     uint64_t mean = (lockstep_now_ns() - t0) / LS_PROBE_GROUP;
@@ -68,37 +74,40 @@ static void judge(lockstep_comm_t *c, uint64_t best)
 }
 
 /* Rank 0's side of one probe from value v: the fastest group's mean, 0 if rank 1 did
- * not answer in time */
-static uint64_t lead(uint32_t *w, uint32_t v, uint64_t give_up_at)
+ * not answer in time or, where ranks outnumber the CPUs (share), if every group timed
+ * a process switch (rank 1 ran on this CPU) rather than a cache line */
+static uint64_t lead(uint32_t *w, uint32_t v, uint64_t give_up_at, int share, uint32_t spin)
 {
     ls_store_release(w, v + 1); /* the sync round: rank 1 is here */
-    if (!await_ping(w, v + 2, give_up_at))
+    if (!await_ping(w, v + 2, give_up_at, spin))
         return 0;
     uint64_t best = UINT64_MAX;
     for (uint32_t g = 0; g < LS_PROBE_ROUNDS / LS_PROBE_GROUP; g++) {
-        uint64_t mean = group(w, v + 2 + 2 * g * LS_PROBE_GROUP, give_up_at);
+        uint64_t mean = group(w, v + 2 + 2 * g * LS_PROBE_GROUP, give_up_at, spin);
         if (!mean)
             return 0;
         best = mean < best ? mean : best;
     }
-    return best;
+    return share && best >= LS_PROBE_SWITCH_NS ? 0 : best;
 }
 
 void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at)
 {
-    if (c->rank > 1 || c->size < 2 || !ls_fits(c))
-        return; /* oversubscribed: a round trip would time process switches */
+    if (c->rank > 1 || c->size < 2)
+        return;
+    int share = !ls_fits(c);
+    uint32_t spin = share ? ls_wait_pauses_for(LS_PROBE_SWITCH_NS) : UINT32_MAX;
     _Static_assert(LS_PROBE_ROUNDS % LS_PROBE_GROUP == 0, "whole groups");
     uint32_t *w = &c->state->ping;
     /* this probe's values: one sync round, then the groups (the same on both ranks:
      * c->seq is) */
     uint32_t v = (c->seq / LS_PROBE_CALLS) * (2 * LS_PROBE_ROUNDS + 2);
     if (c->rank == 0) {
-        judge(c, lead(w, v, give_up_at));
+        judge(c, lead(w, v, give_up_at, share, spin));
         return;
     }
     for (uint32_t i = 0; i <= LS_PROBE_ROUNDS; i++, v += 2) {
-        if (!await_ping(w, v + 1, give_up_at))
+        if (!await_ping(w, v + 1, give_up_at, spin))
             return;
         ls_store_release(w, v + 2);
     }

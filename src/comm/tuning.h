@@ -82,30 +82,43 @@ struct ls_kcopy_window {
     size_t fits_min, fits_max; /* ranks fit the CPUs, close: blocks in [min, max] */
     size_t wide_min;           /* ranks fit, LOCKSTEP_KERNEL_COPY_WIDE: from here up */
     size_t far_min;            /* ranks fit, far apart: from here up */
-    size_t over_min;           /* ranks outnumber the CPUs: from here up */
+    size_t over_min;           /* ranks outnumber the CPUs, close: from here up */
+    size_t over_far_min, over_far_max; /* ranks outnumber the CPUs, far apart */
 };
 #define LS_KCOPY_NEVER SIZE_MAX
+#define LS_KCOPY_ANY SIZE_MAX /* no upper limit */
 #define LS_KIB ((size_t)1024)
 
 /* allreduce: the chunked path reduces while it copies, and close kernel copies of
  * reduced data won only where they are fast (f16/bf16 reduce more slowly and start
- * later); far apart, from 64 KiB (apart: 13 us against the slots' 35.5 at 64 KiB) */
-#define LS_KCOPY_ALLREDUCE {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER}
-#define LS_KCOPY_ALLREDUCE_HALF {LS_KCOPY_NEVER, 0, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER}
+ * later); far apart, from 64 KiB (apart: 13 us against the slots' 35.5 at 64 KiB).
+ * Ranks outnumbering the CPUs far apart: from 256 KiB to 4 MiB (4 ranks on 2 CPUs:
+ * 1 MiB 256-300 us against the slots' 321-327; at 64 KiB 23 against 18, at 16 MiB
+ * 6320-6460 against 5730-5850, where the two ranks sharing a core evict each other's
+ * pieces) */
+#define LS_KCOPY_ALLREDUCE                                                              \
+    {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, 256 * LS_KIB, 4096 * LS_KIB}
+#define LS_KCOPY_ALLREDUCE_HALF                                                         \
+    {LS_KCOPY_NEVER, 0, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, 0}
 /* reduce-scatter, per block: each rank reads its block of every peer's send, the
  * slots' second copy saved; close, the slots' chunked steps overlap as well */
-#define LS_KCOPY_REDUCE_SCATTER {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 32 * LS_KIB, LS_KCOPY_NEVER}
+#define LS_KCOPY_REDUCE_SCATTER \
+    {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 32 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
 /* all-to-all, per block: the writer's copy is cheap (its source is in its cache);
  * with ranks outnumbering CPUs the slots' steps wait for ranks to be scheduled; far
  * apart from 16 KiB (2 ranks: 3.5 us against the slots' 4.6; at 8 KiB alike) */
-#define LS_KCOPY_ALLTOALL {32 * LS_KIB, 160 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 32 * LS_KIB}
+#define LS_KCOPY_ALLTOALL \
+    {32 * LS_KIB, 160 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 32 * LS_KIB, 32 * LS_KIB, LS_KCOPY_ANY}
 /* allgather PUSH, per block: as the all-to-all's writes */
-#define LS_KCOPY_ALLGATHER_PUSH {128 * LS_KIB, 384 * LS_KIB, 128 * LS_KIB, 16 * LS_KIB, 64 * LS_KIB}
+#define LS_KCOPY_ALLGATHER_PUSH \
+    {128 * LS_KIB, 384 * LS_KIB, 128 * LS_KIB, 16 * LS_KIB, 64 * LS_KIB, 64 * LS_KIB, LS_KCOPY_ANY}
 /* allgather PULL: reading a peer's fresh block pulls it from the peer's cache */
-#define LS_KCOPY_ALLGATHER_PULL {LS_KCOPY_NEVER, 0, 1024 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER}
+#define LS_KCOPY_ALLGATHER_PULL \
+    {LS_KCOPY_NEVER, 0, 1024 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
 /* broadcast between 2 ranks: each moves half, the root writing and the receiver
  * reading; far apart from 16 KiB (apart: 32 KiB 4.7 us against the slots' 18.4) */
-#define LS_KCOPY_BROADCAST {64 * LS_KIB, 512 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER}
+#define LS_KCOPY_BROADCAST \
+    {64 * LS_KIB, 512 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
 
 /* A kernel copy moves at most this per system call, each after a check that the call
  * has not failed, so that a failure stops a large copy soon */
@@ -122,6 +135,11 @@ struct ls_kcopy_window {
  * fastest group's mean, so that a preemption during one group does not count */
 #define LS_PROBE_ROUNDS 16u
 #define LS_PROBE_GROUP 4u
+
+/* Where ranks outnumber the CPUs, rank 0 and rank 1 may share one: a round trip then
+ * waits for process switches (a microsecond or more each way), not a cache line (under
+ * half a microsecond however far apart), and a best group this slow judges nothing */
+#define LS_PROBE_SWITCH_NS 1000u
 
 /* The ranks probe again every LS_PROBE_CALLS calls (a power of 2): at a call's worst
  * cost (16 far round trips, 8 us) a thousandth of a 1-KiB allreduce's time, and often

@@ -99,7 +99,7 @@ int ls_wait_global_fences(void)
 /* ---- policy ---------------------------------------------------------------------- */
 
 /* PAUSE iterations that take ns, from PAUSE timed once per process. */
-static uint32_t pauses_for(uint64_t ns)
+uint32_t ls_wait_pauses_for(uint64_t ns)
 {
     enum { PROBE = 2000 };
     static uint64_t probe_ns; /* PROBE pauses took this long, the best of three */
@@ -124,12 +124,12 @@ static uint32_t pauses_for(uint64_t ns)
 
 static uint32_t spin_iterations(void)
 {
-    return pauses_for(LS_WAIT_SPIN_NS);
+    return ls_wait_pauses_for(LS_WAIT_SPIN_NS);
 }
 
 uint32_t ls_wait_elsewhere_spins(void)
 {
-    return pauses_for(LS_WAIT_ELSEWHERE_NS);
+    return ls_wait_pauses_for(LS_WAIT_ELSEWHERE_NS);
 }
 
 static int policy_from_env(lockstep_wait_policy_t *out)

@@ -298,6 +298,7 @@ void ls_omp_env_init(void)
     }
     if ((s = getenv("LOCKSTEP_OMP_RUN_PID")) && atol(s) == (long)getpid())
         atexit(say_if_unused);
+    ls_omp_init_wait(&g->lock_wait);
     g->stats = ls_env_set("LOCKSTEP_OMP_STATS");
     if (g->stats)
         atexit(print_stats);

@@ -75,6 +75,7 @@ struct ls_omp_global {
     size_t stacksize;            /* worker stacks, 0 = default */
     lockstep_wait_policy_t wait_policy;
     long spincount;              /* GOMP_SPINCOUNT, -1 = not set */
+    lockstep_wait_t lock_wait;   /* a contended lock's (sync.c): the policy's budgets */
     int stats;                   /* LOCKSTEP_OMP_STATS */
     int display_affinity;        /* OMP_DISPLAY_AFFINITY */
     int cancellation;            /* cancel-var (OMP_CANCELLATION) */
@@ -424,7 +425,7 @@ void ls_omp_wait_detached(struct ls_omp_team *team);
 /* bell.c (bell.h rings the bell and counts the pending tasks) */
 /* Sleep on the team's bell while it still reads seen (registered in bell.sleepers). */
 void ls_omp_sleep(struct ls_omp_team *team, uint32_t seen);
-void ls_omp_init_wait(struct ls_omp_team *team);
+void ls_omp_init_wait(lockstep_wait_t *w);
 
 /* work.c */
 void ls_omp_ws_init(struct ls_omp_ws *ws, int sched, uint64_t start, uint64_t count,

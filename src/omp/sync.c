@@ -4,8 +4,9 @@
  * the 3.0 ones (symbol versions OMP_1.0 and OMP_3.0).
  *
  * The lock word: 0 free, 1 held, 2 held with waiters parked on it (futex). A thread
- * takes it with a CAS 0 -> 1, spinning briefly (src/wait's loop); a contended locker
- * marks it 2 and parks; unlock swaps in 0 and wakes one waiter when the word was 2. */
+ * takes it with a CAS 0 -> 1; a contended locker spins (src/wait's loop, the wait
+ * policy's budget), looking at the word at doubling intervals, then marks it 2 and
+ * parks; unlock swaps in 0 and wakes one waiter when the word was 2. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdlib.h>
@@ -29,23 +30,41 @@ static bool mutex_try(uint32_t *w)
 
 /* A contended locker waits through src/wait's loop: the hooks take the word and park on
  * it. Once it has parked it takes the word as 2, not 1, since others may still sleep
- * there and the unlock must wake the next. */
+ * there and the unlock must wake the next.
+ *
+ * Each look that finds the word held doubles the gap to the next, up to
+ * LS_WAIT_BACKOFF_NS: a look pulls the holder's line away, and a holder that unlocks
+ * and locks again (the contended case) would pay a transfer for each. */
 struct mutex_wait {
     uint32_t *w;
-    uint32_t mark; /* what the waiter stores when it takes the word */
+    uint32_t mark;     /* what the waiter stores when it takes the word */
     bool held;
+    uint32_t skip;     /* calls of mutex_done left before the next look */
+    uint32_t gap;      /* the last gap, in calls (each one PAUSE of the loop) */
+    uint32_t max_gap;
 };
 
 static bool mutex_done(void *arg)
 {
     struct mutex_wait *m = arg;
-    return m->held || (ls_load_relaxed(m->w) == 0 && mutex_take(m->w, m->mark));
+    if (m->held)
+        return true;
+    if (m->skip) {
+        m->skip--;
+        return false;
+    }
+    if (ls_load_relaxed(m->w) == 0 && mutex_take(m->w, m->mark))
+        return true;
+    m->gap = m->gap < m->max_gap / 2 ? m->gap * 2 + 1 : m->max_gap;
+    m->skip = m->gap;
+    return false;
 }
 
 static void mutex_park(void *arg)
 {
     struct mutex_wait *m = arg;
     m->mark = 2u;
+    m->skip = m->gap = 0; /* woken by an unlock: look at once */
     if (__atomic_exchange_n(m->w, 2u, __ATOMIC_ACQUIRE) == 0)
         m->held = true; /* it was free: ours, marked */
     else
@@ -56,12 +75,17 @@ static const struct ls_wait_hooks mutex_hooks = {mutex_done, NULL, NULL, mutex_p
 
 static void mutex_lock(uint32_t *w)
 {
-    static const lockstep_wait_t parks; /* no flags: a waiter parks once its spin is spent */
     if (LS_LIKELY(mutex_try(w)))
         return;
-    struct mutex_wait m = {w, 1u, false};
-    /* a short spin, no yields: past it the holder is slow, and the futex hands over */
-    ls_wait_loop(&parks, LS_WAIT_SHORT_SPIN, 0, &mutex_hooks, &m);
+    const lockstep_wait_t *lw = &ls_omp_g.lock_wait;
+    struct mutex_wait m = {w, 1u, false, 0, 0, 0};
+    uint32_t spins = LS_WAIT_SHORT_SPIN; /* the holder may be waiting for this CPU */
+    if (ls_omp_may_spin()) {
+        spins = lw->spin;
+        m.max_gap = ls_wait_pauses_for(LS_WAIT_BACKOFF_NS);
+    }
+    /* no yields: past the spin the holder is slow, and the futex hands over */
+    ls_wait_loop(lw, spins, 0, &mutex_hooks, &m);
 }
 
 static void mutex_unlock(uint32_t *w)

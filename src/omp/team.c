@@ -231,7 +231,7 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     pool->team.pool = pool;
     pool->cur_n = 1;
     pool->fork_gen = ls_fork_gen();
-    ls_omp_init_wait(&pool->team);
+    ls_omp_init_wait(&pool->team.wait);
     lockstep_wait_init(&pool->idle_wait, ls_omp_g.wait_policy, 2, 0);
     /* appended: the pools of the outer levels come first */
     struct ls_omp_pool **tail = &t->pool;
@@ -339,7 +339,7 @@ static struct ls_omp_team *serial_team(struct ls_omp_thread *t)
         abort();
     }
     memset(team, 0, sizeof *team);
-    ls_omp_init_wait(team);
+    ls_omp_init_wait(&team->wait);
     team->n = 1;
     return team;
 }

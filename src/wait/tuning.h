@@ -31,6 +31,11 @@
  * checks: a holder on another CPU ends within that. */
 #define LS_WAIT_SHORT_SPIN 256u
 
+/* The longest gap between two looks of a waiter for a contended lock (the gaps double
+ * from one PAUSE): a holder that takes the lock again at once keeps its line, and a
+ * waiter comes late by at most this, or about half what it has waited. */
+#define LS_WAIT_BACKOFF_NS 2000u
+
 /* PAUSE rounds a taskwait with nothing to run waits for its count before it looks for
  * tasks again: a child running elsewhere may queue descendants it can take. */
 #define LS_WAIT_RESCAN_SPIN 32u

@@ -15,6 +15,10 @@
  *   handoff           the host's floor for threads that outnumber the CPUs: us for one
  *                     sched_yield hand-off between two threads pinned to one CPU (no
  *                     OpenMP; a barrier of t threads on c CPUs needs t / c per CPU)
+ *   floor-region      the host's floor for a region of THREADS threads: the EPCC
+ *                     overhead (us) of a fork/join written by hand (no OpenMP):
+ *                     threads pinned round-robin to the CPUs, one epoch word and one
+ *                     arrival count, every wait a sched_yield loop
  * One JSON line per measurement (bench/threads/bench_common.h). */
 #define _GNU_SOURCE
 #include <omp.h>
@@ -301,6 +305,85 @@ static double handoff_rep(void)
     return us;
 }
 
+/* A region by hand: the master publishes an epoch, every thread runs the delay, the
+ * workers count their arrivals, the master waits for all of them. What a runtime's
+ * region cannot do without where threads outnumber the CPUs: t / c of them per CPU
+ * run one after another (hand-offs and delays), and the epoch and the count cross
+ * between the CPUs. */
+struct floor_region {
+    _Alignas(64) unsigned long epoch;
+    _Alignas(64) unsigned long arrived;
+    long episodes;
+    int cpu_of[64];
+};
+
+struct floor_arg {
+    struct floor_region *f;
+    int id;
+};
+
+static void floor_pin(int cpu)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+}
+
+static void floor_wait(unsigned long *word, unsigned long value)
+{
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) < value)
+        sched_yield();
+}
+
+static void *floor_worker(void *arg)
+{
+    struct floor_arg *a = arg;
+    struct floor_region *f = a->f;
+    floor_pin(f->cpu_of[a->id]);
+    for (unsigned long e = 1; e <= (unsigned long)f->episodes; e++) {
+        floor_wait(&f->epoch, e);
+        delay(delay_length);
+        __atomic_fetch_add(&f->arrived, 1ul, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static double floor_region_rep(int t, long episodes)
+{
+    static struct floor_region f;
+    struct floor_arg args[64];
+    pthread_t th[64];
+    cpu_set_t old;
+    if (t < 1 || t > 64)
+        return -1.0;
+    pthread_getaffinity_np(pthread_self(), sizeof old, &old);
+    for (int i = 0, cpu = -1; i < t; i++) { /* round-robin over the allowed CPUs */
+        do
+            cpu = (cpu + 1) % CPU_SETSIZE;
+        while (!CPU_ISSET(cpu, &old));
+        f.cpu_of[i] = cpu;
+    }
+    f.epoch = f.arrived = 0;
+    f.episodes = episodes;
+    for (int i = 1; i < t; i++) {
+        args[i] = (struct floor_arg){&f, i};
+        pthread_create(&th[i], NULL, floor_worker, &args[i]);
+    }
+    floor_pin(f.cpu_of[0]);
+    uint64_t t0 = bench_now();
+    for (unsigned long e = 1; e <= (unsigned long)episodes; e++) {
+        __atomic_store_n(&f.epoch, e, __ATOMIC_RELEASE);
+        delay(delay_length);
+        floor_wait(&f.arrived, e * (unsigned long)(t - 1));
+    }
+    double us = (double)(bench_now() - t0) / 1e3;
+    for (int i = 1; i < t; i++)
+        pthread_join(th[i], NULL);
+    pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    return (us - reference_us(episodes, 1)) / (double)episodes;
+}
+
 /* Every runtime's first tens of milliseconds of barriers in a new process run slow on
  * these VMs (the host has the other vCPU to bring up): untimed, before the pilot. */
 static void warm_up(int t)
@@ -336,6 +419,11 @@ int main(int argc, char **argv)
     if (strcmp(w, "handoff") == 0) {
         for (int i = 0; i < reps; i++)
             r[i] = handoff_rep();
+        bench_emit(w, impl, t, "us", r, reps);
+        return 0;
+    }
+    if (strcmp(w, "floor-region") == 0) {
+        TIMED(floor_region_rep(t, 200) * 1e3 + 200.0, floor_region_rep(t, it), 100, 1000000);
         bench_emit(w, impl, t, "us", r, reps);
         return 0;
     }

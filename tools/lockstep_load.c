@@ -1,4 +1,4 @@
-/* lockstep-load FILE [--to host|cuda] [--mode auto|alias|copy|buffered] [--check]
+/* lockstep-load FILE [--to host|cuda] [--mode auto|alias|copy|buffered|map] [--check]
  *                    [--readers N] [--chunk-mib N] [--json]
  * Load a GGUF or safetensors file with lockstep's loader, show a progress bar when
  * stderr is a terminal, and print a closing line: bytes, seconds, GB/s, CPU-seconds
@@ -12,11 +12,11 @@
 
 #include "lockstep/lockstep.h"
 
-static const char *mode_names[] = {"auto", "alias", "copy", "buffered"};
+static const char *mode_names[] = {"auto", "alias", "copy", "buffered", "map"};
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: lockstep-load FILE [--to host|cuda] [--mode auto|alias|copy|buffered] "
+    fprintf(stderr, "usage: lockstep-load FILE [--to host|cuda] [--mode auto|alias|copy|buffered|map] "
                     "[--check] [--readers N] [--chunk-mib N] [--json]\n");
     return 2;
 }
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--mode") == 0 && v) {
             i++;
             int m = -1;
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < (int)(sizeof mode_names / sizeof mode_names[0]); k++)
                 if (strcmp(v, mode_names[k]) == 0)
                     m = k;
             if (m < 0)

@@ -154,15 +154,24 @@ int lockstep_shard_part(const lockstep_model_t *m, size_t i, const lockstep_shar
  *             copy; the weights exist once, in the page cache). The selected pages
  *             are mapped before lockstep_load returns (MADV_POPULATE_READ by
  *             n_readers threads, so a cold file is read with several requests in
- *             flight); writing through the pointers faults.
+ *             flight; a warm one by the calling thread, progress called once);
+ *             writing through the pointers faults. The file must not shrink while
+ *             the tensors live (SIGBUS), as with any mapping.
+ *   MAP       ALIAS's mapping made writable, copy-on-write: no copy (the weights stay
+ *             in the page cache, mapped as ALIAS's are); a write copies that page
+ *             into the process, and the file never changes. What safetensors'
+ *             load_file gives. As ALIAS: host only, no dest, no to_type, parts of
+ *             one range.
  *   COPY      direct I/O (O_DIRECT, aligned as statx STATX_DIOALIGN says, else the
  *             logical block size) with n_readers large reads in flight. If the file
  *             system or the buffer refuses direct I/O, the load continues with buffered
  *             reads from the same offset (stats.direct_fallback says where).
  *   BUFFERED  buffered pread, n_readers in flight.
- *   AUTO      ALIAS never; BUFFERED when the selected bytes are already in the page
- *             cache (mincore says >= 90 % resident: direct reads would gain nothing),
- *             otherwise COPY.
+ *   AUTO      when the selected bytes are already in the page cache (mincore says
+ *             >= 90 % resident: direct reads would gain nothing), MAP if it may (host
+ *             sink, no dest, no to_type, parts of one range, and no NUMA placement
+ *             asked: numa OFF, or LOCAL on a one-node machine), else BUFFERED;
+ *             otherwise COPY. ALIAS never.
  * Destinations: with dest == NULL the loader allocates one region (host: anonymous,
  * transparent huge pages, pages pre-faulted in parallel ahead of the reads, data read
  * straight into place; CUDA: one device allocation) and lockstep_loaded_data gives
@@ -185,7 +194,8 @@ typedef enum lockstep_load_mode {
     LOCKSTEP_LOAD_AUTO = 0,
     LOCKSTEP_LOAD_ALIAS = 1,
     LOCKSTEP_LOAD_COPY = 2,
-    LOCKSTEP_LOAD_BUFFERED = 3
+    LOCKSTEP_LOAD_BUFFERED = 3,
+    LOCKSTEP_LOAD_MAP = 4
 } lockstep_load_mode_t;
 
 typedef enum lockstep_load_sink {
@@ -195,7 +205,7 @@ typedef enum lockstep_load_sink {
 
 /* Where the memory the loader allocates goes on a machine with several NUMA nodes (its
  * pages are bound to the node, preferred, before anything touches them; the CUDA sink,
- * ALIAS and caller destinations are not the loader's memory). */
+ * ALIAS, MAP and caller destinations are not the loader's memory). */
 typedef enum lockstep_numa {
     LOCKSTEP_NUMA_LOCAL = 0,  /* the calling thread's node, where the machine has more than one */
     LOCKSTEP_NUMA_NODE = 1,   /* numa_node, also on a one-node machine (node 0) */
@@ -224,7 +234,7 @@ typedef struct lockstep_load_params {
                                       ties to even; a NaN stays a NaN); other types as
                                       they are, except quantized blocks and sub-byte
                                       floats, which fail (-EINVAL: no dequantisation).
-                                      NULL: as the file has them. Not with ALIAS or
+                                      NULL: as the file has them. Not with ALIAS, MAP or
                                       the CUDA sink. */
     lockstep_numa_t numa;          /* where the loader's memory goes (default LOCAL) */
     int numa_node;                 /* LOCKSTEP_NUMA_NODE: an online node */
@@ -232,7 +242,7 @@ typedef struct lockstep_load_params {
                                       only their bytes are read, except the gaps between
                                       a column split's ranges, read through where they
                                       are small; parts split along other than the
-                                      outermost dimension are gathered, so ALIAS refuses
+                                      outermost dimension are gathered, so ALIAS and MAP refuse
                                       them */
 } lockstep_load_params_t;
 
@@ -245,7 +255,7 @@ typedef struct lockstep_load_stats {
     uint64_t fallback_offset;      /* file offset where buffered reads took over */
     double resident;               /* fraction of the selection in the page cache before */
     uint64_t bytes_read;           /* bytes asked of the file (alignment and read-through
-                                      gaps included; ALIAS: bytes mapped) */
+                                      gaps included; ALIAS, MAP: bytes mapped) */
     int numa_node;                 /* the node the loader's memory was bound to, or -1 */
 } lockstep_load_stats_t;
 
@@ -255,9 +265,9 @@ typedef struct lockstep_loaded lockstep_loaded_t;
 lockstep_load_params_t lockstep_load_params_default(void);
 
 /* Load path as params say (NULL params = defaults). NULL with errno on failure:
- * EINVAL (bad params: unknown mode or sink, ALIAS with the CUDA sink or with dest,
+ * EINVAL (bad params: unknown mode or sink, ALIAS or MAP with the CUDA sink or with dest,
  * n_readers out of range, dest returned NULL, a shard plan lockstep_shard_part
- * refuses, ALIAS with a part split inside rows, a to_type that is not F32/F16/BF16
+ * refuses, ALIAS or MAP with a part split inside rows, a to_type that is not F32/F16/BF16
  * or a tensor it cannot convert, a numa policy or node that does not exist), ENOENT (a
  * name not in the file),
  * EBADMSG (a malformed file, or check found a bad value: err says what and where),

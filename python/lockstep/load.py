@@ -13,8 +13,8 @@ from .shard import ShardPlan
 
 # load's modes, for type checkers and at run time (test_typing.py checks them against
 # the extension's table)
-Mode = Literal["auto", "alias", "copy", "buffered"]
-_MODES = {name: code for code, name in enumerate(_lockstep.LOAD_MODES)}  # auto, alias, copy, buffered
+Mode = Literal["auto", "alias", "copy", "buffered", "map"]
+_MODES = {name: code for code, name in enumerate(_lockstep.LOAD_MODES)}  # auto, alias, copy, buffered, map
 
 # Type names both formats share, and safetensors' own; anything else (ggml's quantized
 # blocks, sub-byte floats) comes back as its raw bytes (uint8). numpy has no bfloat16
@@ -48,14 +48,18 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
               index's "metadata", then each file's, the first file's value of a key kept).
     tensors:  dict name -> array with the file's shape (C order, outermost dimension
               first). In "alias" mode the arrays are read-only views of a mapping of
-              the file (zero copy); otherwise they view one writable region per file
-              that the loader filled. The arrays keep that memory alive.
+              the file (zero copy); in "map" mode writable views of a private one
+              (copy-on-write: a write copies that page, the file never changes);
+              otherwise they view one writable region per file that the loader
+              filled. The arrays keep that memory alive.
     framework: "numpy" (BF16 as uint16 bit patterns, as numpy has no bfloat16) or
               "torch": torch tensors on the same memory, no copy (BF16 and F16 as
               torch.bfloat16 and torch.float16, F8 as torch's float8 types).
     names:    load only these tensors (KeyError for a name not in the checkpoint).
-    mode:     "auto" (direct reads when the file is cold, buffered when it is in the
-              page cache), "alias", "copy" (direct I/O) or "buffered".
+    mode:     "auto" (direct reads when the file is cold; when it is in the page
+              cache, "map", or "buffered" where dtype, a column plan or NUMA
+              placement on a machine with several nodes needs the loader's own
+              memory), "alias", "copy" (direct I/O), "buffered" or "map".
     check:    scan float values and quantized block scales for NaN/Inf while loading;
               a bad value raises BadFileError naming the tensor, .offset = its byte.
     readers:  reads in flight (0 = the measured default).
@@ -66,13 +70,14 @@ def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = 
               f16 and bf16 tensors arrive converted to it, in the copy out of the read
               buffers (to nearest, ties to even, as torch's .to(); a NaN stays a NaN);
               other types as they are, except quantized GGUF blocks and sub-byte
-              floats (ValueError: no dequantisation). Not with mode="alias".
+              floats (ValueError: no dequantisation). Not with mode="alias" or "map".
     numa:     where the loaded memory goes on a machine with several NUMA nodes:
               "local" (the calling thread's node), a node number, or "off" (where
-              the loader's threads first touch it). Alias mode maps the page cache.
+              the loader's threads first touch it). Alias and map modes map the page
+              cache.
     plan:     a lockstep.ShardPlan: each tensor comes back as this rank's part of it
               (torch.chunk's rule), and only those bytes are read (a column split's
-              small gaps excepted); "alias" mode takes row splits only.
+              small gaps excepted); "alias" and "map" modes take row splits only.
 
     Raises FileNotFoundError/OSError (cannot open or read; a missing shard or part),
     BadFileError (malformed file or set: the message says what and in which file,
@@ -200,9 +205,12 @@ def _torch_maker() -> Callable[[np.ndarray[Any, Any], str], Any]:
              "F8_E5M2": getattr(torch, "float8_e5m2", None)}  # numpy holds their bit patterns
 
     def to(arr: np.ndarray[Any, Any], type_name: str) -> Any:
-        with warnings.catch_warnings():  # alias mode's arrays are read-only, as documented
-            warnings.simplefilter("ignore", UserWarning)
+        if arr.flags.writeable:
             t = torch.from_numpy(arr)
+        else:
+            with warnings.catch_warnings():  # alias mode's arrays are read-only, as documented
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.from_numpy(arr)
         v = views.get(type_name)
         return t.view(v) if v is not None else t
     return to

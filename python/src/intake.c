@@ -386,7 +386,7 @@ const char *const lsp_xfer_names[] = {"pull", "push"};                          
 /* named only in Python (the C methods take the codes): exported so the package's names
  * and codes follow these tables */
 const char *const lsp_policy_names[] = {"default", "auto", "active", "passive"}; /* lockstep_wait_policy_t */
-const char *const lsp_mode_names[] = {"auto", "alias", "copy", "buffered"};      /* lockstep_load_mode_t */
+const char *const lsp_mode_names[] = {"auto", "alias", "copy", "buffered", "map"}; /* lockstep_load_mode_t */
 /* each table is the enum in code order */
 _Static_assert(LOCKSTEP_OP_SUM == 0 && LOCKSTEP_OP_MAX == 1 && LOCKSTEP_OP_MIN == 2, "lsp_op_names");
 _Static_assert(LOCKSTEP_ORDER_LINEAR == 0 && LOCKSTEP_ORDER_ROTATED == 1 && LOCKSTEP_ORDER_RANDOM == 2 &&
@@ -397,7 +397,7 @@ _Static_assert(LOCKSTEP_WAIT_DEFAULT == 0 && LOCKSTEP_WAIT_AUTO == 1 && LOCKSTEP
                    LOCKSTEP_WAIT_PASSIVE == 3,
                "lsp_policy_names");
 _Static_assert(LOCKSTEP_LOAD_AUTO == 0 && LOCKSTEP_LOAD_ALIAS == 1 && LOCKSTEP_LOAD_COPY == 2 &&
-                   LOCKSTEP_LOAD_BUFFERED == 3,
+                   LOCKSTEP_LOAD_BUFFERED == 3 && LOCKSTEP_LOAD_MAP == 4,
                "lsp_mode_names");
 
 /* "sum", "max" or "min" as LOCKSTEP_OP_SUM..., or -1 with ValueError */

@@ -325,12 +325,11 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
         }
         Py_DECREF(item);
     }
-    static const char *modes[] = {"auto", "alias", "copy", "buffered"};
     o->stats = Py_BuildValue("{s:s,s:K,s:K,s:d,s:d,s:s,s:O,s:K,s:d,s:i}", "format",
                              lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors", "bytes", (unsigned long long)st.bytes,
                              "bytes_read", (unsigned long long)st.bytes_read,
                              "seconds", st.seconds, "cpu_seconds", st.cpu_seconds,
-                             "mode", modes[st.mode], "direct_fallback", st.direct_fallback ? Py_True : Py_False,
+                             "mode", lsp_mode_names[st.mode], "direct_fallback", st.direct_fallback ? Py_True : Py_False,
                              "fallback_offset", (unsigned long long)st.fallback_offset,
                              "resident", st.resident, "numa_node", st.numa_node);
     if (!o->stats)

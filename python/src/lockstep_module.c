@@ -105,7 +105,7 @@ PyMODINIT_FUNC PyInit__lockstep(void)
                   {"ORDERS", lsp_order_names, 4},
                   {"XFERS", lsp_xfer_names, 2},
                   {"WAIT_POLICIES", lsp_policy_names, 4},
-                  {"LOAD_MODES", lsp_mode_names, 4}};
+                  {"LOAD_MODES", lsp_mode_names, 5}};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
         PyObject *t = names_tuple(tables[i].names, tables[i].n);
         if (!t || PyModule_AddObject(m, tables[i].name, t) != 0) { /* steals t only on success */

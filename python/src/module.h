@@ -159,7 +159,7 @@ PyObject *lsp_mod_set_numpy(PyObject *m, PyObject *args);
 PyObject *lsp_mod_set_python_paths(PyObject *m, PyObject *args);
 PyObject *lsp_mod_recv_shape(PyObject *m, PyObject *args);
 extern const char *const lsp_op_names[3], *const lsp_order_names[4], *const lsp_xfer_names[2],
-    *const lsp_policy_names[4], *const lsp_mode_names[4];
+    *const lsp_policy_names[4], *const lsp_mode_names[5];
 
 /* calls.c: the Comm methods */
 PyObject *comm_allreduce_ptr(CommObject *self, PyObject *const *args, Py_ssize_t n);

@@ -2,7 +2,7 @@
  *
  * 1. open and parse the file (model.c), select the tensors, measure how much of the
  *    selection is already in the page cache (mincore on the model's mapping);
- * 2. resolve the mode; ALIAS ends here (tensors point into the mapping);
+ * 2. resolve the mode; ALIAS and MAP end here (tensors point into the mapping);
  * 3. plan the chunks:
  *    - in place (host sink, the loader allocates): one region mirrors the file's
  *      layout, so aligned file ranges are read straight to their final place; chunks
@@ -121,28 +121,43 @@ static int cmp_sel(const void *a, const void *b, void *ctx)
     return ls_cmp_offsets(a, b, ctx);
 }
 
-/* Fraction of the selection's pages (t: the tensors as selected) in the page cache. */
+/* Fraction of the selection's pages (the tensors as selected, in file order) in the
+ * page cache: every page of a small selection, windows spread over a large one. */
 static double resident(const lockstep_model_t *m, const lockstep_tensor_info_t *tensors, const size_t *sel,
                        size_t n_sel)
 {
-    long page = sysconf(_SC_PAGESIZE);
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pages = 0;
+    for (size_t k = 0; k < n_sel; k++) {
+        const lockstep_tensor_info_t *t = &tensors[sel[k]];
+        if (t->size)
+            pages += (align_up(t->offset + t->size, page) - align_down(t->offset, page)) / page;
+    }
+    /* a window of `window` pages every `step` pages of the selection */
+    uint64_t window = RESIDENT_WINDOW, step = pages / RESIDENT_WINDOWS;
+    if (step <= window)
+        window = step = pages ? pages : 1;
     unsigned char vec[4096];
-    uint64_t in = 0, all = 0;
+    uint64_t in = 0, all = 0, pos = 0, next = 0; /* pages before this tensor; the next window */
     for (size_t k = 0; k < n_sel; k++) {
         const lockstep_tensor_info_t *t = &tensors[sel[k]];
         if (!t->size)
             continue;
-        uint64_t a = align_down(t->offset, (uint64_t)page), b = align_up(t->offset + t->size, (uint64_t)page);
-        if (b > align_up(m->map_len, (uint64_t)page))
+        uint64_t a = align_down(t->offset, page), b = align_up(t->offset + t->size, page);
+        if (b > align_up(m->map_len, page))
             return 0;
-        for (uint64_t x = a; x < b; x += sizeof vec * (uint64_t)page) {
-            uint64_t len = b - x < sizeof vec * (uint64_t)page ? b - x : sizeof vec * (uint64_t)page;
-            if (mincore((char *)m->map + x, len, vec) != 0)
-                return 0;
-            for (uint64_t i = 0; i < len / (uint64_t)page; i++)
-                in += vec[i] & 1;
-            all += len / (uint64_t)page;
+        uint64_t n = (b - a) / page;
+        for (; next < pos + n; next += step) {
+            uint64_t at = next - pos, len = n - at < window ? n - at : window;
+            for (uint64_t x = 0; x < len; x += sizeof vec) {
+                uint64_t part = len - x < sizeof vec ? len - x : sizeof vec;
+                if (mincore((char *)m->map + a + (at + x) * page, part * page, vec) != 0)
+                    return 0;
+                for (uint64_t i = 0; i < part; i++)
+                    in += vec[i] & 1;
+                all += part;
+            }
         }
+        pos += n;
     }
     return all ? (double)in / (double)all : 1.0;
 }
@@ -277,17 +292,17 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
     memset(err, 0, sizeof *err);
     lockstep_load_params_t defaults = lockstep_load_params_default();
     const lockstep_load_params_t *p = params ? params : &defaults;
-    if (!path || (unsigned)p->mode > LOCKSTEP_LOAD_BUFFERED || (unsigned)p->sink > LOCKSTEP_SINK_CUDA ||
+    int maps = p->mode == LOCKSTEP_LOAD_ALIAS || p->mode == LOCKSTEP_LOAD_MAP;
+    if (!path || (unsigned)p->mode > LOCKSTEP_LOAD_MAP || (unsigned)p->sink > LOCKSTEP_SINK_CUDA ||
         p->n_readers < 0 || p->n_readers > MAX_READERS || (p->n_names && !p->names) ||
-        (p->mode == LOCKSTEP_LOAD_ALIAS && (p->sink != LOCKSTEP_SINK_HOST || p->dest)) ||
-        (p->to_type && (ls_float_kind(p->to_type) < 0 || p->mode == LOCKSTEP_LOAD_ALIAS ||
-                        p->sink == LOCKSTEP_SINK_CUDA)) ||
+        (maps && (p->sink != LOCKSTEP_SINK_HOST || p->dest)) ||
+        (p->to_type && (ls_float_kind(p->to_type) < 0 || maps || p->sink == LOCKSTEP_SINK_CUDA)) ||
         (unsigned)p->numa > LOCKSTEP_NUMA_OFF) {
         set_err(err, -EINVAL, "%s", !path ? "no path given"
                 : (unsigned)p->numa > LOCKSTEP_NUMA_OFF ? "numa must be LOCKSTEP_NUMA_LOCAL, _NODE or _OFF"
                 : p->to_type && ls_float_kind(p->to_type) < 0 ? "to_type must be \"F32\", \"F16\" or \"BF16\""
-                : p->to_type ? "to_type converts while copying: not with alias mode or the CUDA sink"
-                : p->mode == LOCKSTEP_LOAD_ALIAS ? "alias mode maps the file: host sink, no dest"
+                : p->to_type ? "to_type converts while copying: not with alias or map mode or the CUDA sink"
+                : maps ? "alias and map modes map the file: host sink, no dest"
                 : "bad load params (mode, sink, n_readers 0..64, names)");
         errno = EINVAL;
         return NULL;
@@ -373,15 +388,25 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
 
     /* 2. the mode */
     lockstep_load_mode_t mode = p->mode;
-    if (mode == LOCKSTEP_LOAD_AUTO)
-        mode = l->stats.resident >= WARM_FRACTION ? LOCKSTEP_LOAD_BUFFERED : LOCKSTEP_LOAD_COPY;
+    if (mode == LOCKSTEP_LOAD_AUTO && l->stats.resident < WARM_FRACTION)
+        mode = LOCKSTEP_LOAD_COPY;
+    else if (mode == LOCKSTEP_LOAD_AUTO) /* warm: map it, unless the loader's own memory is asked for */
+        mode = p->sink == LOCKSTEP_SINK_HOST && !p->dest && !p->to_type && !gathered &&
+                       (p->numa == LOCKSTEP_NUMA_OFF || (p->numa == LOCKSTEP_NUMA_LOCAL && ls_numa_max_node() == 0))
+                   ? LOCKSTEP_LOAD_MAP
+                   : LOCKSTEP_LOAD_BUFFERED;
     l->stats.mode = mode;
-    if (mode == LOCKSTEP_LOAD_ALIAS && gathered) {
-        set_err(err, -EINVAL, "alias mode maps the file: a shard plan may split only the outermost "
-                "dimension (rows) there, whose parts are one range of the file");
+    if ((mode == LOCKSTEP_LOAD_ALIAS || mode == LOCKSTEP_LOAD_MAP) && gathered) {
+        set_err(err, -EINVAL, "alias and map modes map the file: a shard plan may split only the "
+                "outermost dimension (rows) there, whose parts are one range of the file");
         goto out;
     }
-    if (mode == LOCKSTEP_LOAD_ALIAS) {
+    /* MAP: the mapping is private, so writes copy pages and never reach the file */
+    if (mode == LOCKSTEP_LOAD_MAP && m->map_len && mprotect(m->map, m->map_len, PROT_READ | PROT_WRITE) != 0) {
+        set_err(err, -errno, "cannot make the mapping of %s writable: %s", path, strerror(errno));
+        goto out;
+    }
+    if (mode == LOCKSTEP_LOAD_ALIAS || mode == LOCKSTEP_LOAD_MAP) {
         /* the region is the model's mapping; populating it is the load */
         l->region = m->map;
         l->region_len = m->map_len;
@@ -389,7 +414,10 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         j.align = (uint64_t)sysconf(_SC_PAGESIZE);
         for (size_t k = 0; k < j.n_sel; k++)
             l->data[j.sel[k]] = (unsigned char *)m->map + l->views[j.sel[k]].offset;
-        run_job(&j);
+        if (l->stats.resident >= WARM_FRACTION && !p->check)
+            ls_load_populate_warm(&j);
+        else
+            run_job(&j);
         goto out;
     }
 

@@ -219,6 +219,23 @@ static int populate(struct job *j, uint64_t start, uint64_t end)
     return 0;
 }
 
+/* One thread, a call per run of adjacent tensors: nothing to read, and threads that
+ * split the mapping into chunks were slower (640 MB: 2 ms against 3.3 with two). */
+void ls_load_populate_warm(struct job *j)
+{
+    for (size_t k = 0; k < j->n_sel;) {
+        const lockstep_tensor_info_t *t = &j->t[j->sel[k]];
+        uint64_t start = t->offset, end = t->offset + t->size;
+        for (k++; k < j->n_sel && j->t[j->sel[k]].offset <= align_up(end, 4096); k++) {
+            uint64_t e = j->t[j->sel[k]].offset + j->t[j->sel[k]].size;
+            end = e > end ? e : end;
+        }
+        if (end > start && populate(j, start, end))
+            return;
+    }
+    progress(j, j->total);
+}
+
 static void run_in_place(struct job *j, int ith)
 {
     unsigned char *region = j->l->region;

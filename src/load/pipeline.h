@@ -22,6 +22,11 @@
 #define HUGE_PAGE (2u << 20)
 #define STAGED_GAP (64u << 10) /* small gaps inside a staged chunk are read through */
 #define WARM_FRACTION 0.9
+/* A selection's residency is sampled, not counted: mincore walks the page cache page
+ * by page (about 10 ms for 2 GiB), longer than mapping a warm file takes. Up to this
+ * many windows of RESIDENT_WINDOW pages, evenly spread; cached runs are long. */
+#define RESIDENT_WINDOWS 256u
+#define RESIDENT_WINDOW 32u
 
 struct lockstep_loaded {
     lockstep_model_t *model;
@@ -85,5 +90,7 @@ int ls_load_fail(struct job *j, int code, uint64_t offset, const char *fmt, ...)
 void ls_load_worker(void *arg, int ith, int nth);
 int ls_load_plan_in_place(struct job *j, uint64_t chunk);
 int ls_load_plan_staged(struct job *j, uint64_t chunk);
+/* ALIAS and MAP of a selection in the page cache: map it from the calling thread */
+void ls_load_populate_warm(struct job *j);
 
 #endif

@@ -45,7 +45,7 @@ def assert_same(got, want):
         assert g.dtype == a.dtype and g.shape == a.shape and (g == a).all(), k
 
 
-@pytest.mark.parametrize("mode", ["auto", "alias", "copy", "buffered"])
+@pytest.mark.parametrize("mode", ["auto", "alias", "copy", "buffered", "map"])
 def test_index_and_directory_load_every_shard(tmp_path, mode):
     index, want = sharded(tmp_path)
     for path in (index, tmp_path):
@@ -75,7 +75,7 @@ def test_torch_tensors_share_the_loaded_memory(tmp_path):
             "i": torch.arange(6, dtype=torch.int64), "b": torch.tensor([True, False])}
     path = tmp_path / "t.safetensors"
     st_torch.save_file(want, str(path))
-    for mode in ("auto", "alias"):
+    for mode in ("auto", "alias", "map"):
         _, got = lockstep.load(path, framework="torch", mode=mode)
         for k, t in want.items():
             assert got[k].dtype == t.dtype and torch.equal(got[k], t), k

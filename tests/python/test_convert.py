@@ -1,7 +1,7 @@
 """lockstep.load(..., dtype=): f32, f16 and bf16 tensors written by torch's save_file
 arrive converted with exactly the bits torch's .to() gives (infinities, overflow,
 subnormals, ties), alone and with a shard plan, in every mode that copies; other
-types untouched; alias mode, quantized GGUF blocks and unknown dtypes refused by name."""
+types untouched; alias and map modes, quantized GGUF blocks and unknown dtypes refused by name."""
 
 import numpy as np
 import pytest
@@ -56,8 +56,9 @@ def test_refused_by_name(tmp_path):
         lockstep.load(path, dtype="float64")
     with pytest.raises(ValueError, match="dtype must be"):
         lockstep.load(path, dtype=torch.int8)
-    with pytest.raises(ValueError, match="alias"):
-        lockstep.load(path, dtype="float32", mode="alias")
+    for mode in ("alias", "map"):
+        with pytest.raises(ValueError, match=mode):
+            lockstep.load(path, dtype="float32", mode=mode)
     q8 = gguf.GGMLQuantizationType.Q8_0
     w = gguf.GGUFWriter(str(tmp_path / "q.gguf"), "llama")
     w.add_tensor("blk.0.q", gguf.quants.quantize(np.ones((2, 32), np.float32), q8), raw_dtype=q8)

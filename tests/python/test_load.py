@@ -1,6 +1,6 @@
 """lockstep.load against files written by the reference `safetensors` and `gguf`
 packages: every dtype and shape reads back equal to the reference readers' arrays in
-every mode; alias arrays are read-only views, the others writable; selection by name;
+every mode; alias arrays are read-only views, the others writable (map's copy-on-write); selection by name;
 progress and cancel; the value check names tensor and offset (a float NaN and a Q8_0
 block scale); bad files and bad arguments raise their specific exceptions."""
 import struct
@@ -14,7 +14,7 @@ from conftest import every_numpy_dtype
 st_numpy = pytest.importorskip("safetensors.numpy")
 gguf = pytest.importorskip("gguf")
 
-MODES = ["auto", "alias", "copy", "buffered"]
+MODES = ["auto", "alias", "copy", "buffered", "map"]
 
 
 pytestmark = pytest.mark.usefixtures("watchdog")  # conftest.py: 120 s, then a traceback
@@ -193,7 +193,7 @@ def test_load_command(tmp_path):
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["bytes"] == total and out["tensors"] == len(ref) and out["checked"] is True
-        assert out["mode"] in ("copy", "buffered") if mode == "auto" else out["mode"] == mode
+        assert out["mode"] in ("copy", "map") if mode == "auto" else out["mode"] == mode
         assert out["seconds"] > 0 and out["gb_per_s"] > 0
     r = subprocess.run(tool + [str(path)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith(f"loaded {len(ref)} tensors, {total} bytes in ")

@@ -92,8 +92,9 @@ def test_alias_takes_rows_and_refuses_columns(tmp_path):
     _, got = lockstep.load(index, mode="alias", plan=plan, framework="torch")
     for name, t in want.items():
         same_bits(got[name], expected(t, 3, 1, rows.get("*." + name.split(".")[-1])), name)
-    with pytest.raises(ValueError, match="alias"):
-        lockstep.load(index, mode="alias", plan=lockstep.ShardPlan(0, 2, SPLIT))
+    for mode in ("alias", "map"):
+        with pytest.raises(ValueError, match=mode):
+            lockstep.load(index, mode=mode, plan=lockstep.ShardPlan(0, 2, SPLIT))
 
 
 def gguf_quantized(tmp_path):

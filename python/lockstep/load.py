@@ -3,12 +3,15 @@ numpy arrays or torch tensors, through lockstep's hardened readers and pipelined
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lockstep, checkpoint
+from ._lockstep import LoadCancelled
 from .shard import ShardPlan
 
 # load's modes, for type checkers and at run time (test_typing.py checks them against
@@ -30,6 +33,11 @@ _DTYPES = {
 
 
 Framework = Literal["numpy", "torch"]
+
+# Files of a set loaded at once: a file's own reads leave the disk and the CPUs idle
+# between requests, and mapping a warm file is one thread's work (the loader releases
+# the GIL).
+_FILES_IN_FLIGHT = 2
 
 
 def load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]] = None,
@@ -128,20 +136,58 @@ def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], 
         chosen[i].append(n)
     sizes = {t[0]: t[4] for p in ck.parts for t in p.tensors} if plan is None else \
         {name: part.nbytes for name, part in plan.parts(path).items()}
-    total, base = sum(sizes[n] for n in want), 0
+    jobs = [(part.path, sel) for part, sel in zip(ck.parts, chosen) if sel]
+    report = _SetProgress(progress, sum(sizes[n] for n in want), len(jobs)) if progress is not None else None
+    part_stats: List[List[Dict[str, Any]]] = [[] for _ in jobs]
+
+    def one(i: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        if report is not None and report.stopped:
+            raise LoadCancelled("the load stopped before this file")
+        return _load_file(jobs[i][0], jobs[i][1], mode, check, readers,
+                          report.part(i) if report is not None else None, to, plan, to_type, part_stats[i],
+                          placement)
+
+    with ThreadPoolExecutor(max(1, min(_FILES_IN_FLIGHT, len(jobs)))) as pool:
+        futures = [pool.submit(one, i) for i in range(len(jobs))]
+        errors = [f.exception() for f in futures]  # each waited for: nothing loads after we return
+    if any(errors):
+        raise report.error if report is not None and report.error else next(e for e in errors if e)
     meta_out: Dict[str, Any] = dict(ck.index_meta)
     out: Dict[str, Any] = {}
-    for part, sel in zip(ck.parts, chosen):
-        if not sel:
-            continue
-        step = _shifted(progress, base, total) if progress is not None else None
-        meta, tensors = _load_file(part.path, sel, mode, check, readers, step, to, plan, to_type, stats,
-                                   placement)
+    for f, st in zip(futures, part_stats):
+        meta, tensors = f.result()
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)
-        base += sum(sizes[n] for n in sel)
+        if stats is not None:
+            stats += st
     return meta_out, {n: out[n] for n in want}
+
+
+class _SetProgress:
+    """A set's progress from files loading at once: the sum of their bytes done, to the
+    caller's callback one call at a time; a stop (True, or an exception) stops them all."""
+
+    def __init__(self, fn: Callable[[int, int], Optional[bool]], total: int, n: int) -> None:
+        self.fn, self.total, self.done = fn, total, [0] * n
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.error: Optional[BaseException] = None
+
+    def part(self, i: int) -> Callable[[int, int], Optional[bool]]:
+        def step(done: int, _file_total: int) -> Optional[bool]:
+            with self.lock:
+                if self.stopped:
+                    return True
+                self.done[i] = done
+                try:
+                    stop = self.fn(sum(self.done), self.total)
+                except BaseException as e:
+                    self.stopped, self.error = True, e
+                    raise
+                self.stopped = bool(stop)
+                return stop
+        return step
 
 
 _TO_TYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -161,12 +207,6 @@ def _to_type(dtype: Any) -> Optional[str]:
         raise ValueError(f"dtype must be float32, float16 or bfloat16 (a name, a torch or numpy dtype), "
                          f"not {dtype!r}")
     return _TO_TYPES[name]
-
-
-def _shifted(progress: Callable[[int, int], Optional[bool]], base: int,
-             total: int) -> Callable[[int, int], Optional[bool]]:
-    """A file's progress as the set's: its bytes after base, of the set's total"""
-    return lambda done, _file_total: progress(base + done, total)
 
 
 def _load_file(path: str, names: Optional[List[str]], mode: str, check: bool, readers: int,

@@ -68,6 +68,39 @@ def test_progress_covers_the_set_and_names_select(tmp_path):
         lockstep.load(index, names=["nope"])
 
 
+@pytest.mark.parametrize("mode", ["copy", "map"])
+def test_a_set_loads_files_at_once_and_stops_as_one(tmp_path, mode):
+    """files load two at a time: the callback is entered by one at a time with the set's
+    bytes, and a stop or an exception from it ends the whole load with that error"""
+    index, want = sharded(tmp_path, n=5)
+    total = sum(a.nbytes for a in want.values())
+    inside, seen = [0], []
+
+    def watch(done, t):
+        inside[0] += 1
+        assert inside[0] == 1  # never two calls at once
+        seen.append(done)
+        inside[0] -= 1
+
+    stats = []
+    from lockstep.load import _load
+    _, got = _load(index, None, mode, False, 0, watch, "numpy", None, None, stats)
+    assert_same(got, want)
+    assert seen[-1] == total and seen == sorted(seen)
+    assert [s["mode"] for s in stats] == [mode] * 5 and sum(s["bytes"] for s in stats) == total
+    with pytest.raises(lockstep.LoadCancelled):
+        lockstep.load(index, mode=mode, progress=lambda done, t: done > 0)
+
+    class Stop(Exception):
+        pass
+
+    def boom(done, t):
+        raise Stop("from the callback")
+
+    with pytest.raises(Stop):
+        lockstep.load(index, mode=mode, progress=boom)
+
+
 def test_torch_tensors_share_the_loaded_memory(tmp_path):
     torch = pytest.importorskip("torch")
     st_torch = pytest.importorskip("safetensors.torch")

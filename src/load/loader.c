@@ -16,8 +16,9 @@
  * 5. each chunk: read (direct I/O; when it is refused, buffered from the same offset
  *    on, for every thread), deliver, check, count progress (which may cancel).
  *
- * The defaults (huge-page buffers, 2 readers of 4 MiB requests, one thread pre-faulting
- * ahead, reader threads rather than io_uring, whose depth did not help) were chosen by
+ * The defaults (huge pages where direct reads land, 4 KiB pages where the CPU copies
+ * to, 2 readers of 4 MiB requests, one thread pre-faulting ahead, reader threads
+ * rather than io_uring, whose depth did not help) were chosen by
  * `lockstep bench load`; its figures are in docs/performance.md.
  *
  * Test hook: LOCKSTEP_LOAD_REFUSE_DIRECT_AT=<offset> makes direct reads at or past
@@ -184,14 +185,22 @@ static uint64_t dio_align(int fd)
     return a;
 }
 
-static void *map_huge(size_t len, void **map, size_t *map_len)
+/* Anonymous memory aligned to 2 MiB; huge: transparent huge pages asked for, for the
+ * buffers direct reads land in (the staging buffers, the region read in place): a
+ * read then takes few segments and pins few pages. A region the CPU copies into
+ * (converted or gathered tensors) gains nothing from them and pays their first
+ * touch, 3-5x slower than 4 KiB pages' on the machines we measure (0.5-0.8 GB/s
+ * against 2.1-2.8 in a new process: a VM's balloon hands free 2 MiB blocks back to
+ * the host, which must back them again). */
+static void *map_aligned(size_t len, int huge, void **map, size_t *map_len)
 {
     size_t ml = len + HUGE_PAGE;
     void *m = mmap(NULL, ml, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     unsigned char *p = (unsigned char *)align_up((uintptr_t)m, HUGE_PAGE);
-    madvise(p, len, MADV_HUGEPAGE); /* advice: fine if refused */
+    if (huge)
+        madvise(p, len, MADV_HUGEPAGE); /* advice: fine if refused */
     *map = m;
     *map_len = ml;
     return p;
@@ -252,7 +261,7 @@ static int run_job(struct job *j)
     int ring = j->cuda ? LS_CUDA_RING : 1;
     for (int r = 0; staging && r < readers && !rc; r++)
         for (int b = 0; b < ring && !rc; b++) {
-            if (!(j->stage[r][b] = map_huge(j->stage_bytes, &maps[r][b], &map_lens[r][b])))
+            if (!(j->stage[r][b] = map_aligned(j->stage_bytes, 1, &maps[r][b], &map_lens[r][b])))
                 rc = ls_load_fail(j, -ENOMEM, 0, "out of memory for staging buffers");
             else if (j->cuda && ls_cuda_pin(j->stage[r][b], j->stage_bytes) != 0)
                 rc = ls_load_fail(j, -EIO, 0, "CUDA: cannot pin a staging buffer");
@@ -459,7 +468,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         }
         j.base_off = align_down(first->offset, j.align);
         l->region_len = align_up(end, j.align) - j.base_off;
-        if (!(l->region = map_huge(l->region_len ? l->region_len : 1, &l->region_map, &l->region_map_len))) {
+        if (!(l->region = map_aligned(l->region_len ? l->region_len : 1, 1, &l->region_map, &l->region_map_len))) {
             set_err(err, -ENOMEM, "cannot allocate %llu bytes for the tensors",
                     (unsigned long long)l->region_len);
             goto out;
@@ -472,7 +481,7 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
             size = align_up(size, 64) + l->views[j.sel[k]].size;
         l->region_len = size;
         j.packed = 1;
-        if (!(l->region = map_huge(size ? size : 1, &l->region_map, &l->region_map_len))) {
+        if (!(l->region = map_aligned(size ? size : 1, 0, &l->region_map, &l->region_map_len))) {
             set_err(err, -ENOMEM, "cannot allocate %llu bytes for the tensors", (unsigned long long)size);
             goto out;
         }

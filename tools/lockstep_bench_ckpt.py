@@ -5,7 +5,7 @@ targets of issue 73 judged on them."""
 import os
 
 IMPLS = ["lockstep-shards", "lockstep-shards-alias", "lockstep-shards-to-f32", "lockstep-tp2", "safetensors.torch",
-         "direct-read"]
+         "direct-read", "direct-read-fresh"]
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "load",
                       "bench_py_ckpt.py")
 
@@ -30,7 +30,8 @@ def measure(py, folder, exe, rep, run_json):
     rows = []
     for state in ["cold", "warm"]:
         for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
-            rows += run_json([py, SCRIPT, impl, folder, state, exe])
+            if impl != "direct-read-fresh" or state == "cold":  # new memory: a cold load's floor
+                rows += run_json([py, SCRIPT, impl, folder, state, exe])
     return rows
 
 
@@ -46,6 +47,10 @@ def targets(rows):
         lines.append(f"{what}: " + ("not measured" if a is None or b is None
                                     else f"{'met' if a >= least * b else 'missed'} ({a / b:.2f}x, "
                                          f"{a:.2f} against {b:.2f} GB/s)"))
+    ours, fresh = median("lockstep-shards", "cold"), median("direct-read-fresh", "cold")
+    if ours and fresh:  # the reads into new memory, first touch included: reported
+        lines.append(f"shards cold: lockstep-shards against direct reads into new memory (direct-read-fresh): "
+                     f"{ours / fresh:.2f}x ({ours:.2f} against {fresh:.2f} GB/s), reported")
     read = median("lockstep-tp2", "cold", "read/size")
     lines.append(f"shards cold: lockstep-tp2 reads <= {TP_READ}x the checkpoint: " +
                  ("not measured" if read is None else f"{'met' if read <= TP_READ else 'missed'} ({read:.3f}x)"))

@@ -9,7 +9,10 @@
  * (buffered, one read in flight, tensor by tensor, as llama.cpp without mmap), and the
  * ceilings: memcpy (memory bandwidth, both buffers already faulted in) and direct-read
  * (O_DIRECT reads of the same file into reused huge-page buffers: the best of 1 x 8 MiB,
- * 2 x 4 MiB and 4 x 4 MiB in flight, so the disk's best case).
+ * 2 x 4 MiB and 4 x 4 MiB in flight, so the disk's best case), and direct-read-fresh,
+ * the ceiling of a load into new memory: 2 x 4 MiB in flight into one destination of
+ * the file's size, allocated (huge pages asked for) inside the timing and first touched
+ * by the reads, with no memory freed in the process before it.
  * Every impl other than the ceilings allocates its destination inside the timing.
  * Prints two JSON rows (GB/s and CPU-s/GB of tensor bytes) for tools/lockstep. */
 #define _GNU_SOURCE
@@ -104,7 +107,22 @@ static void warm(const char *path)
 
 /* ---- the direct-read ceiling ---------------------------------------------------------- */
 
-struct raw { int fd; size_t chunk, size; atomic_size_t next; };
+struct raw { int fd; size_t chunk, size; atomic_size_t next; unsigned char *dst; };
+
+/* Reads of the whole file into r->dst at the file's offsets (the destination's pages
+ * first touched by the reads). */
+static void *fresh_reader(void *arg)
+{
+    struct raw *r = arg;
+    for (;;) {
+        size_t off = atomic_fetch_add(&r->next, r->chunk);
+        if (off >= r->size)
+            break;
+        if (pread(r->fd, r->dst + off, r->chunk, (off_t)off) < 0)
+            die("pread O_DIRECT");
+    }
+    return NULL;
+}
 
 static void *raw_reader(void *arg)
 {
@@ -175,7 +193,8 @@ int main(int argc, char **argv)
     } else {
         warm(path);
     }
-    prime(strcmp(impl, "memcpy") == 0 ? 2 * bytes : bytes);
+    if (strcmp(impl, "direct-read-fresh") != 0) /* its memory is to be new */
+        prime(strcmp(impl, "memcpy") == 0 ? 2 * bytes : bytes);
     double t0 = now(), c0 = cpu(), secs = 0;
     volatile unsigned char sink = 0;
     if (strncmp(impl, "lockstep-", 9) == 0) {
@@ -263,6 +282,31 @@ int main(int argc, char **argv)
         struct stat st;
         stat(path, &st);
         bytes = (uint64_t)st.st_size; /* whole-file reads */
+    } else if (strcmp(impl, "direct-read-fresh") == 0) {
+        struct raw r = {.chunk = 4u << 20};
+        struct stat st;
+        if ((r.fd = open(path, O_RDONLY | O_DIRECT)) < 0 || fstat(r.fd, &st) != 0)
+            die("open O_DIRECT");
+        r.size = (size_t)st.st_size;
+        atomic_init(&r.next, 0);
+        size_t len = (r.size + r.chunk + (4u << 20)) & ~(size_t)((2u << 20) - 1);
+        c0 = cpu();
+        t0 = now();
+        unsigned char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED)
+            die("mmap");
+        r.dst = (unsigned char *)(((uintptr_t)map + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+        madvise(r.dst, r.size + r.chunk, MADV_HUGEPAGE);
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&t[i], NULL, fresh_reader, &r);
+        for (int i = 0; i < 2; i++)
+            pthread_join(t[i], NULL);
+        secs = now() - t0;
+        sink += r.dst[r.size / 3];
+        munmap(map, len);
+        close(r.fd);
+        bytes = (uint64_t)r.size; /* whole-file reads */
     } else {
         fprintf(stderr, "lockstep_bench_load: unknown impl %s\n", impl);
         return 2;

@@ -9,6 +9,8 @@ DIR holds safetensors shards and their index (make_files.py). IMPL:
                          converted while loading (GB/s of the checkpoint's bytes)
   safetensors.torch      safetensors.torch.load_file on each shard in turn
   direct-read            the ceiling: lockstep_bench_load's direct reads of every shard
+  direct-read-fresh      the same reads into new memory of each shard's size, its first
+                         touch included (lockstep_bench_load direct-read-fresh)
   lockstep-tp2           two processes at once, each loading its rows of every tensor
                          (lockstep.ShardPlan(rank, 2, {"*": 0})), started together; the
                          time is the slower rank's, the bytes both ranks' reads from
@@ -47,11 +49,11 @@ def touch(tensors, torch):
     return s
 
 
-def direct_read(files, state, exe):
-    """(bytes, seconds, CPU seconds) of the ceiling over every shard"""
+def direct_read(files, state, exe, impl="direct-read"):
+    """(bytes, seconds, CPU seconds) of a ceiling over every shard"""
     nbytes = secs = cpus = 0.0
     for f in files:
-        out = subprocess.run([exe, "direct-read", f, state], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([exe, impl, f, state], capture_output=True, text=True, check=True).stdout
         rows = {r["unit"]: r for r in map(json.loads, (x for x in out.splitlines() if x.startswith("{")))}
         gb = rows["GB/s"]["param"] / 1e9
         nbytes += rows["GB/s"]["param"]
@@ -107,8 +109,8 @@ def main():
         nbytes, secs, cpus, nread = tp2(folder, files, state, exe)
         if state == "cold":
             extra = [("read/size", nread / nbytes)]
-    elif impl == "direct-read":
-        nbytes, secs, cpus = direct_read(files, state, exe)
+    elif impl in ("direct-read", "direct-read-fresh"):
+        nbytes, secs, cpus = direct_read(files, state, exe, impl)
     else:
         import torch
         import lockstep

@@ -38,8 +38,10 @@ def torch_targets(rows, size_name):
             us = lambda p, v: f"{size_name(p)} {v:+.2f} us"  # noqa: E731
             ratio = lambda p, v: f"{size_name(p)} {v:.2f}x"  # noqa: E731
             if ranks == 2:  # the op's floor where it runs: torch's dispatch after the last call, then Comm
-                got = [(p, m["lockstep-op"] - m["noop+lockstep"]) for p, m in sorted(med.items())
-                       if "lockstep-op" in m and "noop+lockstep" in m]
+                # paired batch by batch where the run has it, else the medians' difference
+                paired = _medians(rows, f"{w} op-over-floor")
+                got = [(p, paired.get(p, {}).get("lockstep-op", m["lockstep-op"] - m["noop+lockstep"]))
+                       for p, m in sorted(med.items()) if "lockstep-op" in m and "noop+lockstep" in m]
                 lines.append(_verdict(f"{w} lockstep-op <= noop+lockstep + {OP_OVER_FLOOR_US} us", got,
                                       lambda v: v > OP_OVER_FLOOR_US, us))
             most = OP_VS_DEEPSPEED[ranks]

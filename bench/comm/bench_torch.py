@@ -26,15 +26,18 @@ param bytes, 4 B to 16 MiB (1 MiB with quick), by
   torch-floor     torch.distributed.all_reduce(t, group=f), f a group of torch's own "fake"
                   back end, which does nothing: torch.distributed's cost and no more
   gloo            torch.distributed.all_reduce(t) on gloo
-and rows {"workload": "tp_mlp_<N>r", "impl": "eager" or "compiled", "param": the hidden
+and rows {"workload": "<the allreduce workload> op-over-floor", "impl": "lockstep-op"}: the
+op's own cost, lockstep-op minus noop+lockstep batch by batch (the two run back to
+back in each round, so drift between rounds cancels; the difference of the two rows'
+medians carries it whole), and rows {"workload": "tp_mlp_<N>r", "impl": "eager" or "compiled", "param": the hidden
 size, "unit": "us"}: one step of a two-layer tensor-parallel MLP (f32, 4 tokens, the
 first matrix split by columns and the second by rows, torch.ops.lockstep.all_reduce_
 after each layer; hidden 256 with 1024 inner, and a 7B model's 4096 with 11008), eager
 and under torch.compile (inductor, fullgraph), and the same step without the
 all_reduce ("eager-alone", "compiled-alone"): torch.compile's own cost per call.
 Each sample is the mean of a batch of about 20 ms started together (a lockstep barrier)
-as seen by the slowest rank; the batches of every impl alternate, so drift on a shared
-host hits all alike. One thread per rank (OMP_NUM_THREADS=1), as tensor-parallel ranks
+as seen by the slowest rank; the batches of every impl alternate, in an order that turns
+each round, so drift on a shared host and a slow neighbour hit all alike. One thread per rank (OMP_NUM_THREADS=1), as tensor-parallel ranks
 that fill the cores run: with more, DeepSpeed's OpenMP kernels and torch's thread pools
 oversubscribe the CPUs."""
 import json
@@ -170,13 +173,20 @@ def main():
             # warm up every path; the time per call (the slowest rank's, so the same on
             # every rank) sets each one's batch length
             iters = {name: iters_for(batch(impls[name], arg[name], 4)) for name in names}
-            for _ in range(REPS):
-                for name in names:
+            for r in range(REPS):
+                # the order turns by one each round: the batch after a slow neighbour's
+                # (gloo's leaves the ranks' CPUs disturbed for a while) falls to each impl
+                # at most once, which the median drops
+                for name in names[r % len(names):] + names[:r % len(names)]:
                     reps[name].append(batch(impls[name], arg[name], iters[name]))
             if comm.rank == 0:
                 for name, r in reps.items():
                     print(json.dumps({"workload": workload, "impl": name,
                                       "param": t.nbytes, "unit": "us", "reps": r}), flush=True)
+                if "lockstep-op" in reps and "noop+lockstep" in reps:
+                    paired = [a - b for a, b in zip(reps["lockstep-op"], reps["noop+lockstep"])]
+                    print(json.dumps({"workload": f"{workload} op-over-floor", "impl": "lockstep-op",
+                                      "param": t.nbytes, "unit": "us", "reps": paired}), flush=True)
             del z, arg  # the views go before close()
             nbytes *= 4
     if not suffix:

@@ -26,10 +26,14 @@ TP_READ, TP_TIME, TP_FLOOR = 1.05, 0.65, 1.25
 
 
 def measure(py, folder, exe, rep, run_json):
-    """One round of every impl in both states (the order alternating by round); rows"""
+    """One round of every impl in both states; rows. The order turns by one each round:
+    the first warm load after the cold ones runs slow (both mappings measured 30-59
+    GB/s there against 60-78 elsewhere), and that place falls to each impl at most once
+    in a run, which the median drops."""
     rows = []
+    order = IMPLS[rep % len(IMPLS):] + IMPLS[:rep % len(IMPLS)]
     for state in ["cold", "warm"]:
-        for impl in (IMPLS if rep % 2 == 0 else IMPLS[::-1]):
+        for impl in order:
             if impl != "direct-read-fresh" or state == "cold":  # new memory: a cold load's floor
                 rows += run_json([py, SCRIPT, impl, folder, state, exe])
     return rows

@@ -1,5 +1,6 @@
 """The torch rows' targets (issue 66), judged on one run's medians (bench_torch.py says
-what each row is). Rows are {"workload", "impl", "param", "median"}."""
+what each row is). Rows are {"workload", "impl", "param", "median", "lo"} (lo: the low end
+of the median's 95 % interval, lockstep_common.median_interval)."""
 
 OP_OVER_FLOOR_US = 1.5     # lockstep-op over noop+lockstep (the do-nothing op, then Comm), every size (2 ranks)
 OP_VS_DEEPSPEED = {2: 0.8, 4: 0.9}  # lockstep-op / deepspeed-shm, 4 B to 4 MiB
@@ -27,6 +28,38 @@ def _verdict(what, got, bad, fmt):
     return f"{what}: met at all {len(got)} sizes (worst {fmt(*worst)})"
 
 
+def _op_over_floor(rows, w, med, size_name):
+    """lockstep-op over noop+lockstep, paired batch by batch where the run has it (else the
+    medians' difference). At sizes where a call takes hundreds of us, the batches of one
+    run scatter by more than the target: a size misses only when the 95 % interval of the
+    median lies wholly above it, and one whose median alone is above it is named apart."""
+    pairs = {r["param"]: r for r in rows if r["workload"] == f"{w} op-over-floor" and r["impl"] == "lockstep-op"}
+    got = []
+    for p, m in sorted(med.items()):
+        if "lockstep-op" not in m or "noop+lockstep" not in m:
+            continue
+        r = pairs.get(p)
+        if r is None:
+            v = m["lockstep-op"] - m["noop+lockstep"]
+            got.append((p, v, v))
+        else:
+            got.append((p, r["median"], r.get("lo", r["median"])))
+    what = f"{w} lockstep-op <= noop+lockstep + {OP_OVER_FLOOR_US} us"
+    if not got:
+        return f"{what}: not measured"
+
+    def fmt(p, v, lo):
+        return f"{size_name(p)} {v:+.2f} us" + (f" (interval from {lo:+.2f})" if lo != v else "")
+    missed = [g for g in got if g[2] > OP_OVER_FLOOR_US]
+    unsure = [g for g in got if g[1] > OP_OVER_FLOOR_US >= g[2]]
+    if missed:
+        return f"{what}: missed at " + ", ".join(fmt(*g) for g in missed)
+    if unsure:
+        return (f"{what}: met at {len(got) - len(unsure)} of {len(got)} sizes; at " +
+                ", ".join(fmt(*g) for g in unsure) + " the median is over and the interval is not")
+    return f"{what}: met at all {len(got)} sizes (worst {fmt(*max(got, key=lambda g: g[1]))})"
+
+
 def torch_targets(rows, size_name):
     lines = []
     for ranks, launcher in ((2, ""), (4, ""), (2, "_torchrun")):
@@ -38,12 +71,7 @@ def torch_targets(rows, size_name):
             us = lambda p, v: f"{size_name(p)} {v:+.2f} us"  # noqa: E731
             ratio = lambda p, v: f"{size_name(p)} {v:.2f}x"  # noqa: E731
             if ranks == 2:  # the op's floor where it runs: torch's dispatch after the last call, then Comm
-                # paired batch by batch where the run has it, else the medians' difference
-                paired = _medians(rows, f"{w} op-over-floor")
-                got = [(p, paired.get(p, {}).get("lockstep-op", m["lockstep-op"] - m["noop+lockstep"]))
-                       for p, m in sorted(med.items()) if "lockstep-op" in m and "noop+lockstep" in m]
-                lines.append(_verdict(f"{w} lockstep-op <= noop+lockstep + {OP_OVER_FLOOR_US} us", got,
-                                      lambda v: v > OP_OVER_FLOOR_US, us))
+                lines.append(_op_over_floor(rows, w, med, size_name))
             most = OP_VS_DEEPSPEED[ranks]
             got = [(p, m["lockstep-op"] / m["deepspeed-shm"]) for p, m in sorted(med.items())
                    if p <= 4 << 20 and "deepspeed-shm" in m and "lockstep-op" in m]

@@ -95,6 +95,25 @@ def test_the_op_is_judged_against_its_floor_where_it_runs():
     rows[3] = row(w, "noop+lockstep", 4 << 20, 497.0)
     assert torch_targets(rows, lambda p: f"{p} B")[0] == \
         f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +3.00 us"
+    # paired batch by batch: the pairs' median interval decides (it says where a size is unsure)
+    pair = dict(row(f"{w} op-over-floor", "lockstep-op", 4 << 20, 4.0), lo=-20.0, hi=30.0)
+    assert torch_targets(rows + [pair], lambda p: f"{p} B")[0] == \
+        (f"{w} lockstep-op <= noop+lockstep + 1.5 us: met at 1 of 2 sizes; at 4194304 B +4.00 us "
+         "(interval from -20.00) the median is over and the interval is not")
+    pair["lo"] = 2.0
+    assert torch_targets(rows + [pair], lambda p: f"{p} B")[0] == \
+        f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +4.00 us (interval from +2.00)"
+
+
+def test_the_median_interval_holds_the_median_with_95_percent_confidence():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from lockstep_common import median_interval
+    # 9 samples: the 2nd and 8th (96.1 %); 7: min and max (98.4 %); 27: the 8th and 20th
+    assert median_interval([9, 1, 8, 2, 7, 3, 6, 4, 5]) == (2, 8)
+    assert median_interval(list(range(7))) == (0, 6)
+    assert median_interval(list(range(1, 28))) == (8, 20)
+    assert median_interval([5.0]) == (5.0, 5.0)
 
 
 def test_routes_default_judged_against_the_best_setting_in_its_state():

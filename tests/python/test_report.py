@@ -105,6 +105,29 @@ def test_the_op_is_judged_against_its_floor_where_it_runs():
         f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +4.00 us (interval from +2.00)"
 
 
+def test_the_compiled_step_is_judged_by_the_ops_own_cost():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from lockstep_bench_torch import torch_targets
+
+    def mlp(impl, hidden, median, lo, hi):
+        return dict(row("tp_mlp_2r", impl, hidden, median), lo=lo, hi=hi)
+    # hidden 256: the op costs +4 us compiled, +16 us eager though the compiled step is slower
+    rows = [mlp("compiled", 256, 168, 166, 170), mlp("compiled-alone", 256, 164, 163, 165),
+            mlp("eager", 256, 64, 63, 66), mlp("eager-alone", 256, 48, 47, 49)]
+    assert torch_targets(rows, str) == \
+        ["tp_mlp_2r the op's cost compiled <= eager: met at all 1 sizes (hidden 256 +4.0 us vs +16.0 us)"]
+    # +50 us compiled: over even at the intervals' ends (166 - 116 = 50 > 66 - 47)
+    rows[1] = mlp("compiled-alone", 256, 118, 116, 120)
+    assert torch_targets(rows, str) == \
+        ["tp_mlp_2r the op's cost compiled <= eager: missed at hidden 256 +50.0 us vs +16.0 us"]
+    # +20 us compiled with wide intervals: over in the medians only
+    rows[1] = mlp("compiled-alone", 256, 148, 140, 165)
+    assert torch_targets(rows, str) == \
+        ["tp_mlp_2r the op's cost compiled <= eager: met at 0 of 1 sizes; at hidden 256 +20.0 us vs +16.0 us "
+         "the medians are over and the intervals are not"]
+
+
 def test_the_median_interval_holds_the_median_with_95_percent_confidence():
     import sys
     sys.path.insert(0, os.path.join(ROOT, "tools"))

@@ -177,3 +177,24 @@ def test_idle_cpu_time_reads_as_locksteps_share_of_the_baseline():
     assert got["load"] == (0.5, 0.5)  # a rate: twice the baseline's GB/s costs half
     table = lr.table_markdown(rows, "idle", ["gomp"], lambda part, p: str(p), "omp")
     assert table[-2] == "| auto | 0.0002 (0.0003x) |"
+
+
+def test_the_oversubscribed_graph_floor_counts_a_nodes_work(monkeypatch):
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import lockstep_bench_omp
+    monkeypatch.setattr(lockstep_bench_omp.os, "cpu_count", lambda: 2)
+
+    def omp(w, impl, t, median):
+        return {"workload": w, "impl": impl, "param": t, "median": median, "unit": "us"}
+    rows = [omp("handoff", "host", 2, 0.5), omp("graph", "lockstep", 1, 480.0), omp("graph", "libomp", 1, 500.0),
+            omp("graph", "libomp", 4, 2000.0), omp("graph", "lockstep", 4, 1300.0)]
+    lines = lockstep_bench_omp.omp_targets(rows)
+    # 4 threads on 2 CPUs: 2 hand-offs of 0.5 us per CPU, and half of the 1-thread node (480 ns)
+    assert "graph floor at 4 threads: 1000 ns + a node's work on 2 CPUs (480 ns at 1 thread) = 1240 ns/node" in lines
+    # max(0.5 x 2000, 1.25 x 1240) = 1550
+    assert "graph at 4 threads <= max(0.5x the better runtime, 1.25x the floor) = 1.55e+03: met " \
+           "(1.3e+03, 0.65x the better runtime)" in lines
+    rows[-1] = omp("graph", "lockstep", 4, 1600.0)
+    assert any(x.startswith("graph at 4 threads") and ": MISSED (1.6e+03" in x
+               for x in lockstep_bench_omp.omp_targets(rows))

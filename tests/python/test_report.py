@@ -105,6 +105,22 @@ def test_the_op_is_judged_against_its_floor_where_it_runs():
         f"{w} lockstep-op <= noop+lockstep + 1.5 us: missed at 4194304 B +4.00 us (interval from +2.00)"
 
 
+def test_the_back_end_is_judged_over_torch_and_the_collective():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from lockstep_bench_torch import torch_targets
+    w = "allreduce_torch_2r"
+    # 16 KiB far apart: Comm 4.4 us, torch's do-nothing back end 3.5, the back end 7.8: +0.0 over both
+    rows = [row(w, "lockstep-dist", 16 << 10, 7.9), row(w, "torch-floor", 16 << 10, 3.5),
+            row(w, "lockstep", 16 << 10, 4.4)]
+    line = next(x for x in torch_targets(rows, lambda p: f"{p} B") if "lockstep-dist, up to" in x)
+    assert line == f"{w} lockstep-dist, up to 16 KiB, <= torch-floor + lockstep + 2.0 us: met at all 1 sizes " \
+        "(worst 16384 B +0.00 us)"
+    rows[0] = row(w, "lockstep-dist", 16 << 10, 10.4)
+    line = next(x for x in torch_targets(rows, lambda p: f"{p} B") if "lockstep-dist, up to" in x)
+    assert line.endswith("missed at 16384 B +2.50 us")
+
+
 def test_the_compiled_step_is_judged_by_the_ops_own_cost():
     import sys
     sys.path.insert(0, os.path.join(ROOT, "tools"))

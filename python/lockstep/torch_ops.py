@@ -68,7 +68,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import torch
 
-from . import _lockstep, _torch_build, _torch_seen
+from . import _lockstep, _torch_build
+from ._args import _torch_seen
 
 if TYPE_CHECKING:
     import lockstep

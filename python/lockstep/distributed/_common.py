@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]  # (not in torch's stubs)
 
-from .. import Comm, Op, _lockstep, _tensor_bytes, _torch_seen
+from .. import Comm, Op, _lockstep
+from .._args import _tensor_bytes, _torch_seen
 
 _torch_seen(torch)  # plain tensors go to C from the first call
 

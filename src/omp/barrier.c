@@ -137,7 +137,11 @@ void ls_omp_wait(struct ls_omp_thread *t, struct ls_omp_team *team, uint64_t tar
             ls_store_relaxed(&s->cpu, m.cpu);
             ls_store_relaxed(&s->arrived, target);
         }
-        ls_wait_loop(w, spins, yields, &member_hooks_aware, &m);
+        /* "last ran elsewhere, so running there" holds only while this team's threads
+         * are all that run: another team's (nested regions) or a pool's may hold that
+         * CPU, waiting in turn for one queued behind this waiter */
+        bool alone = ls_budget_running() <= m.n;
+        ls_wait_loop(w, spins, yields, alone ? &member_hooks_aware : &member_hooks, &m);
     } else {
         ls_wait_loop(w, spins, yields, &member_hooks, &m);
     }

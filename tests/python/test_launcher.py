@@ -79,7 +79,11 @@ def test_stopping_the_launcher_stops_every_copy(tmp_path, signum):
     script.write_text("import os, sys, time\n"
                       "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(str(os.getpid()))\n"
                       "time.sleep(120)\n")
-    launcher = subprocess.Popen([sys.executable, "-m", "lockstep.launch", "-n", "3", str(script), str(tmp_path)])
+    # SIGINT as a terminal leaves it: a shell without job control starts background
+    # commands (a CI script's `cmd &`) with it ignored, and Python then raises no
+    # KeyboardInterrupt
+    launcher = subprocess.Popen([sys.executable, "-m", "lockstep.launch", "-n", "3", str(script), str(tmp_path)],
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         files = [tmp_path / str(r) for r in range(3)]

@@ -107,6 +107,15 @@ size_t lockstep_gguf_scalar_size(uint32_t type);
 const lockstep_tensor_info_t *lockstep_model_tensor(const lockstep_model_t *m, size_t i);
 const lockstep_tensor_info_t *lockstep_model_tensor_find(const lockstep_model_t *m, const char *name);
 
+/* A load in AUTO mode maps a file (reads nothing) when at least this fraction of the
+ * selected bytes is in the page cache. */
+#define LOCKSTEP_LOAD_WARM_FRACTION 0.9
+/* *fraction = how much (0..1) of an opened file's tensor data is in the page cache,
+ * sampled by mincore over windows spread evenly through it: a caller can tell a warm
+ * file from a cold one before loading. 0, or -EINVAL (a NULL argument, or a model
+ * parsed from memory rather than opened from a file). */
+int lockstep_model_resident(const lockstep_model_t *m, double *fraction);
+
 
 /* ---- tensor-parallel shard plans ----------------------------------------------------------
  *
@@ -152,10 +161,11 @@ int lockstep_shard_part(const lockstep_model_t *m, size_t i, const lockstep_shar
  * destination. Modes:
  *   ALIAS     host only: each tensor points into a read-only mapping of the file (no
  *             copy; the weights exist once, in the page cache). The selected pages
- *             are mapped before lockstep_load returns (MADV_POPULATE_READ by
- *             n_readers threads, so a cold file is read with several requests in
- *             flight; a warm one by the calling thread, progress called once);
- *             writing through the pointers faults. The file must not shrink while
+ *             of a cold file are mapped before lockstep_load returns
+ *             (MADV_POPULATE_READ by n_readers threads, so it is read with several
+ *             requests in flight); a warm one (>= 90 % resident) is mapped at its
+ *             first touch, as mmap's pages are, progress called once. Writing
+ *             through the pointers faults. The file must not shrink while
  *             the tensors live (SIGBUS), as with any mapping.
  *   MAP       ALIAS's mapping made writable, copy-on-write: no copy (the weights stay
  *             in the page cache, mapped as ALIAS's are); a write copies that page

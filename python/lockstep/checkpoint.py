@@ -28,11 +28,13 @@ _SPLIT_NO, _SPLIT_COUNT = "split.no", "split.count"  # llama.cpp's keys, in ever
 
 class Part(NamedTuple):
     """One file of a checkpoint: its path, metadata and tensor table as inspect() gives
-    them (name, type, dims as the file orders them, file offset, bytes)"""
+    them (name, type, dims as the file orders them, file offset, bytes), and how much
+    of its data was in the page cache when it was read (0..1, sampled)"""
     path: str
     format: str
     meta: List[Tuple[str, Any]]
     tensors: List[Tuple[str, str, Tuple[int, ...], int, int]]
+    resident: float
 
 
 class Checkpoint(NamedTuple):
@@ -53,8 +55,8 @@ def _missing(path: str, what: str) -> FileNotFoundError:
 
 
 def _inspect(path: str) -> Part:
-    fmt, meta, tensors = _lockstep.inspect(path)
-    return Part(path, fmt, meta, tensors)
+    fmt, meta, tensors, resident = _lockstep.inspect(path)
+    return Part(path, fmt, meta, tensors, resident)
 
 
 def _split_parts(path: str) -> List[str]:
@@ -167,9 +169,10 @@ def resolve(path: "os.PathLike[str] | str") -> Checkpoint:
                 raise _bad(f"tensor {name!r} is in both {parts[where[name]].path} and {p.path}", offset)
             where[name] = i
     if wm is not None:
+        base = [os.path.basename(p.path) for p in parts]  # the index's file names are plain names
         for name, file in wm.items():
             at = where.get(name)
-            if at is None or os.path.basename(parts[at].path) != os.path.basename(file):
+            if at is None or base[at] != file:
                 raise _bad(f"{index}: puts tensor {name!r} in {file}, which does not hold it", 0)
         extra = [n for n in where if n not in wm]
         if extra:

@@ -34,9 +34,8 @@ _DTYPES = {
 
 Framework = Literal["numpy", "torch"]
 
-# Files of a set loaded at once: a file's own reads leave the disk and the CPUs idle
-# between requests, and mapping a warm file is one thread's work (the loader releases
-# the GIL).
+# Files of a cold set loaded at once: a file's own reads leave the disk and the CPUs
+# idle between requests (the loader releases the GIL).
 _FILES_IN_FLIGHT = 2
 
 
@@ -137,6 +136,9 @@ def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], 
     sizes = {t[0]: t[4] for p in ck.parts for t in p.tensors} if plan is None else \
         {name: part.nbytes for name, part in plan.parts(path).items()}
     jobs = [(part.path, sel) for part, sel in zip(ck.parts, chosen) if sel]
+    resident = [part.resident for part, sel in zip(ck.parts, chosen) if sel]
+    index_meta = ck.index_meta
+    del ck  # its tables (objects a tensor) would count toward Python's next collection
     report = _SetProgress(progress, sum(sizes[n] for n in want), len(jobs)) if progress is not None else None
     part_stats: List[List[Dict[str, Any]]] = [[] for _ in jobs]
 
@@ -147,15 +149,23 @@ def _load(path: Union[str, "os.PathLike[str]"], names: Optional[Iterable[str]], 
                           report.part(i) if report is not None else None, to, plan, to_type, part_stats[i],
                           placement)
 
-    with ThreadPoolExecutor(max(1, min(_FILES_IN_FLIGHT, len(jobs)))) as pool:
-        futures = [pool.submit(one, i) for i in range(len(jobs))]
-        errors = [f.exception() for f in futures]  # each waited for: nothing loads after we return
-    if any(errors):
-        raise report.error if report is not None and report.error else next(e for e in errors if e)
-    meta_out: Dict[str, Any] = dict(ck.index_meta)
+    # A warm set is loaded by the calling thread while its files map (nothing to read):
+    # mapping a file costs less than starting a thread and sharing the GIL with it.
+    results: List[Tuple[Dict[str, Any], Dict[str, Any]]] = []
+    warm = mode in ("auto", "alias", "map") and all(r >= _lockstep.LOAD_WARM_FRACTION for r in resident)
+    while warm and len(results) < len(jobs):
+        results.append(one(len(results)))
+        warm = part_stats[len(results) - 1][-1]["mode"] in ("alias", "map")
+    if len(results) < len(jobs):
+        with ThreadPoolExecutor(min(_FILES_IN_FLIGHT, len(jobs) - len(results))) as pool:
+            futures = [pool.submit(one, i) for i in range(len(results), len(jobs))]
+            errors = [f.exception() for f in futures]  # each waited for: nothing loads after we return
+        if any(errors):
+            raise report.error if report is not None and report.error else next(e for e in errors if e)
+        results += [f.result() for f in futures]
+    meta_out: Dict[str, Any] = dict(index_meta)
     out: Dict[str, Any] = {}
-    for f, st in zip(futures, part_stats):
-        meta, tensors = f.result()
+    for (meta, tensors), st in zip(results, part_stats):
         for k, v in meta.items():
             meta_out.setdefault(k, v)
         out.update(tensors)

@@ -47,7 +47,7 @@ class safe_open:
         self._to = _torch_maker() if self._framework == "torch" else None
         self._device = device
         path = os.fspath(filename)
-        fmt, meta, tensors = _lockstep.inspect(path)
+        fmt, meta, tensors, _ = _lockstep.inspect(path)
         if fmt != "safetensors":
             raise ValueError(f"{path} is a {fmt} file, not safetensors: use lockstep.load")
         self._path = path

@@ -17,13 +17,12 @@ typedef struct {
     void *base;
     size_t len;
     int readonly;
-    PyObject *meta, *tensors, *stats;
+    PyObject *meta, *stats;
 } LoadedObject;
 
 static void loaded_dealloc(LoadedObject *self)
 {
     Py_XDECREF(self->meta);
-    Py_XDECREF(self->tensors);
     Py_XDECREF(self->stats);
     lockstep_loaded_free(self->l);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -38,16 +37,36 @@ static int loaded_getbuffer(LoadedObject *self, Py_buffer *view, int flags)
 
 static PyBufferProcs loaded_as_buffer = {(getbufferproc)loaded_getbuffer, NULL};
 
+static PyObject *tensor_item(const lockstep_tensor_info_t *t, unsigned long long offset);
+
 static PyObject *loaded_get(LoadedObject *self, void *which)
 {
-    PyObject *o = which == (void *)0 ? self->meta : which == (void *)1 ? self->tensors : self->stats;
-    return Py_NewRef(o);
+    return Py_NewRef(which == (void *)0 ? self->meta : self->stats);
+}
+
+/* The selected tensors as loaded (the part's dims, the type after any conversion), built
+ * at each call: the table is read once, and need not live as long as the memory (its
+ * tuples, held, would count toward Python's next garbage collection). */
+static PyObject *loaded_tensors(LoadedObject *self, void *unused)
+{
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0, nt = lockstep_model_tensor_count(lockstep_loaded_model(self->l)); list && i < nt; i++) {
+        unsigned char *d = lockstep_loaded_data(self->l, i);
+        if (!d)
+            continue; /* not selected */
+        PyObject *item = tensor_item(lockstep_loaded_tensor(self->l, i), (unsigned long long)(d - (unsigned char *)self->base));
+        if (!item || PyList_Append(list, item))
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    return list;
 }
 
 static PyGetSetDef loaded_getset[] = {
     {"meta", (getter)loaded_get, NULL, "list of (key, value)", (void *)0},
-    {"tensors", (getter)loaded_get, NULL, "list of (name, type, dims, offset in region, size)", (void *)1},
-    {"stats", (getter)loaded_get, NULL, "dict: bytes, seconds, cpu_seconds, mode, ...", (void *)2},
+    {"tensors", (getter)loaded_tensors, NULL, "list of (name, type, dims, offset in region, size)", NULL},
+    {"stats", (getter)loaded_get, NULL, "dict: bytes, seconds, cpu_seconds, mode, ...", (void *)1},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject LoadedType = {
@@ -302,7 +321,7 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
         return NULL;
     }
     o->l = l;
-    o->meta = o->tensors = o->stats = NULL;
+    o->meta = o->stats = NULL;
     o->base = NULL;
     o->len = 0;
     lockstep_load_stats_t st;
@@ -310,21 +329,8 @@ static PyObject *mod_load(PyObject *m, PyObject *args)
     o->readonly = st.mode == LOCKSTEP_LOAD_ALIAS;
     lockstep_loaded_region(l, &o->base, &o->len);
     const lockstep_model_t *md = lockstep_loaded_model(l);
-    size_t nt = lockstep_model_tensor_count(md);
-    if (!(o->meta = meta_list(md)) || !(o->tensors = PyList_New(0)))
+    if (!(o->meta = meta_list(md)))
         goto fail;
-    for (size_t i = 0; i < nt; i++) {
-        unsigned char *d = lockstep_loaded_data(l, i);
-        if (!d)
-            continue; /* not selected */
-        /* as loaded: the part's dims, the type after any conversion */
-        PyObject *item = tensor_item(lockstep_loaded_tensor(l, i), (unsigned long long)(d - (unsigned char *)o->base));
-        if (!item || PyList_Append(o->tensors, item)) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
     o->stats = Py_BuildValue("{s:s,s:K,s:K,s:d,s:d,s:s,s:O,s:K,s:d,s:i}", "format",
                              lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors", "bytes", (unsigned long long)st.bytes,
                              "bytes_read", (unsigned long long)st.bytes_read,
@@ -384,12 +390,14 @@ static PyObject *mod_inspect(PyObject *m, PyObject *args)
         Py_XDECREF(item);
     }
     const char *format = lockstep_model_format(md) == LOCKSTEP_FORMAT_GGUF ? "gguf" : "safetensors";
+    double resident = 0;
+    lockstep_model_resident(md, &resident); /* md was opened from a file: cannot fail */
     lockstep_model_free(md);
     if (!tensors) {
         Py_XDECREF(meta);
         return NULL;
     }
-    return Py_BuildValue("(sNN)", format, meta, tensors);
+    return Py_BuildValue("(sNNd)", format, meta, tensors, resident);
 }
 
 /* shard_plan(path, (rank, world, [(pattern, dim)])) -> [(name, dim, start, count, shape
@@ -434,7 +442,7 @@ out:
 static PyMethodDef load_methods[] = {
     {"load", mod_load, METH_VARARGS, "load(path, names, mode, check, readers, progress) -> Loaded"},
     {"shard_plan", mod_shard_plan, METH_VARARGS, "shard_plan(path, (rank, world, rules)) -> parts"},
-    {"inspect", mod_inspect, METH_VARARGS, "inspect(path) -> (format, metadata, tensors with file offsets)"},
+    {"inspect", mod_inspect, METH_VARARGS, "inspect(path) -> (format, metadata, tensors with file offsets, fraction in the page cache)"},
     {NULL, NULL, 0, NULL}};
 
 int lockstep_py_add_load(PyObject *m)
@@ -461,5 +469,10 @@ int lockstep_py_add_load(PyObject *m)
     PyModule_AddObject(m, "LoadError", Py_NewRef(LoadError));
     PyModule_AddObject(m, "BadFileError", Py_NewRef(BadFileError));
     PyModule_AddObject(m, "LoadCancelled", Py_NewRef(LoadCancelled));
+    PyObject *warm = PyFloat_FromDouble(LOCKSTEP_LOAD_WARM_FRACTION);
+    if (!warm || PyModule_AddObject(m, "LOAD_WARM_FRACTION", warm)) {
+        Py_XDECREF(warm);
+        return -1;
+    }
     return 0;
 }

@@ -122,47 +122,6 @@ static int cmp_sel(const void *a, const void *b, void *ctx)
     return ls_cmp_offsets(a, b, ctx);
 }
 
-/* Fraction of the selection's pages (the tensors as selected, in file order) in the
- * page cache: every page of a small selection, windows spread over a large one. */
-static double resident(const lockstep_model_t *m, const lockstep_tensor_info_t *tensors, const size_t *sel,
-                       size_t n_sel)
-{
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), pages = 0;
-    for (size_t k = 0; k < n_sel; k++) {
-        const lockstep_tensor_info_t *t = &tensors[sel[k]];
-        if (t->size)
-            pages += (align_up(t->offset + t->size, page) - align_down(t->offset, page)) / page;
-    }
-    /* a window of `window` pages every `step` pages of the selection */
-    uint64_t window = RESIDENT_WINDOW, step = pages / RESIDENT_WINDOWS;
-    if (step <= window)
-        window = step = pages ? pages : 1;
-    unsigned char vec[4096];
-    uint64_t in = 0, all = 0, pos = 0, next = 0; /* pages before this tensor; the next window */
-    for (size_t k = 0; k < n_sel; k++) {
-        const lockstep_tensor_info_t *t = &tensors[sel[k]];
-        if (!t->size)
-            continue;
-        uint64_t a = align_down(t->offset, page), b = align_up(t->offset + t->size, page);
-        if (b > align_up(m->map_len, page))
-            return 0;
-        uint64_t n = (b - a) / page;
-        for (; next < pos + n; next += step) {
-            uint64_t at = next - pos, len = n - at < window ? n - at : window;
-            for (uint64_t x = 0; x < len; x += sizeof vec) {
-                uint64_t part = len - x < sizeof vec ? len - x : sizeof vec;
-                if (mincore((char *)m->map + a + (at + x) * page, part * page, vec) != 0)
-                    return 0;
-                for (uint64_t i = 0; i < part; i++)
-                    in += vec[i] & 1;
-                all += part;
-            }
-        }
-        pos += n;
-    }
-    return all ? (double)in / (double)all : 1.0;
-}
-
 /* Alignment for direct reads of fd: statx's DIOALIGN when the kernel tells it (0 means
  * this file refuses direct I/O), else the file system's block size. */
 static uint64_t dio_align(int fd)
@@ -393,11 +352,11 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         j.total += l->views[j.sel[k]].size;
     l->stats.bytes = j.total;
     l->stats.numa_node = -1;
-    l->stats.resident = resident(m, l->views, j.sel, j.n_sel);
+    l->stats.resident = ls_load_resident(m, l->views, j.sel, j.n_sel);
 
     /* 2. the mode */
     lockstep_load_mode_t mode = p->mode;
-    if (mode == LOCKSTEP_LOAD_AUTO && l->stats.resident < WARM_FRACTION)
+    if (mode == LOCKSTEP_LOAD_AUTO && l->stats.resident < LOCKSTEP_LOAD_WARM_FRACTION)
         mode = LOCKSTEP_LOAD_COPY;
     else if (mode == LOCKSTEP_LOAD_AUTO) /* warm: map it, unless the loader's own memory is asked for */
         mode = p->sink == LOCKSTEP_SINK_HOST && !p->dest && !p->to_type && !gathered &&
@@ -416,15 +375,15 @@ lockstep_loaded_t *lockstep_load(const char *path, const lockstep_load_params_t 
         goto out;
     }
     if (mode == LOCKSTEP_LOAD_ALIAS || mode == LOCKSTEP_LOAD_MAP) {
-        /* the region is the model's mapping; populating it is the load */
+        /* the region is the model's mapping; a cold one is populated by the readers */
         l->region = m->map;
         l->region_len = m->map_len;
         j.alias = j.in_place = 1;
         j.align = (uint64_t)sysconf(_SC_PAGESIZE);
         for (size_t k = 0; k < j.n_sel; k++)
             l->data[j.sel[k]] = (unsigned char *)m->map + l->views[j.sel[k]].offset;
-        if (l->stats.resident >= WARM_FRACTION && !p->check)
-            ls_load_populate_warm(&j);
+        if (l->stats.resident >= LOCKSTEP_LOAD_WARM_FRACTION && !p->check)
+            ls_load_map_warm(&j);
         else
             run_job(&j);
         goto out;

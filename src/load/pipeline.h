@@ -21,12 +21,12 @@
 #define MAX_READERS 64
 #define HUGE_PAGE (2u << 20)
 #define STAGED_GAP (64u << 10) /* small gaps inside a staged chunk are read through */
-#define WARM_FRACTION 0.9
 /* A selection's residency is sampled, not counted: mincore walks the page cache page
  * by page (about 10 ms for 2 GiB), longer than mapping a warm file takes. Up to this
- * many windows of RESIDENT_WINDOW pages, evenly spread; cached runs are long. */
-#define RESIDENT_WINDOWS 256u
-#define RESIDENT_WINDOW 32u
+ * many windows of RESIDENT_WINDOW pages, evenly spread; cached runs are long, so a
+ * few pages tell a window, and a call each is most of what a warm load costs. */
+#define RESIDENT_WINDOWS 64u
+#define RESIDENT_WINDOW 4u
 
 struct lockstep_loaded {
     lockstep_model_t *model;
@@ -91,6 +91,9 @@ void ls_load_worker(void *arg, int ith, int nth);
 int ls_load_plan_in_place(struct job *j, uint64_t chunk);
 int ls_load_plan_staged(struct job *j, uint64_t chunk);
 /* ALIAS and MAP of a selection in the page cache: map it from the calling thread */
-void ls_load_populate_warm(struct job *j);
+void ls_load_map_warm(struct job *j);
+/* Fraction of the selection's pages in the page cache (resident.c) */
+double ls_load_resident(const lockstep_model_t *m, const lockstep_tensor_info_t *tensors, const size_t *sel,
+                        size_t n_sel);
 
 #endif

@@ -312,6 +312,9 @@ static void private_map(const char *path)
     }
     CHECK(written > 0);
     CHECK_EQ(resolved(path, &p), LOCKSTEP_LOAD_MAP); /* the file's bytes, compared */
+    double warm = -1;
+    CHECK_EQ(lockstep_model_resident(m, &warm), 0); /* it was just read: in the page cache */
+    CHECK(warm >= LOCKSTEP_LOAD_WARM_FRACTION && warm <= 1.0);
     lockstep_loaded_free(l);
 
     p.mode = LOCKSTEP_LOAD_AUTO; /* just loaded: in the page cache */
@@ -463,6 +466,14 @@ static void bad_input(const char *path, const char *dir)
     lockstep_loaded_free(NULL);
     CHECK(lockstep_loaded_data(NULL, 0) == NULL);
     CHECK_EQ(lockstep_loaded_stats(NULL, NULL), -EINVAL);
+    double fraction = -1;
+    CHECK_EQ(lockstep_model_resident(NULL, &fraction), -EINVAL);
+    lockstep_model_t *m = lockstep_model_parse(file_bytes, file_len, NULL);
+    CHECK(m != NULL);
+    CHECK_EQ(lockstep_model_resident(m, &fraction), -EINVAL); /* memory, not a file */
+    CHECK_EQ(lockstep_model_resident(m, NULL), -EINVAL);
+    CHECK(fraction == -1);
+    lockstep_model_free(m);
 }
 
 int main(void)

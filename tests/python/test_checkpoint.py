@@ -6,6 +6,7 @@ against the safetensors package's own; and hostile sets, each refused with a nam
 error before anything is loaded."""
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -70,16 +71,18 @@ def test_progress_covers_the_set_and_names_select(tmp_path):
 
 @pytest.mark.parametrize("mode", ["copy", "map"])
 def test_a_set_loads_files_at_once_and_stops_as_one(tmp_path, mode):
-    """files load two at a time: the callback is entered by one at a time with the set's
-    bytes, and a stop or an exception from it ends the whole load with that error"""
+    """files load two at a time (a set just written, so warm, and mapped: one by one in
+    the calling thread): the callback is entered by one at a time with the set's bytes,
+    and a stop or an exception from it ends the whole load with that error"""
     index, want = sharded(tmp_path, n=5)
     total = sum(a.nbytes for a in want.values())
-    inside, seen = [0], []
+    inside, seen, threads = [0], [], set()
 
     def watch(done, t):
         inside[0] += 1
         assert inside[0] == 1  # never two calls at once
         seen.append(done)
+        threads.add(threading.get_ident())
         inside[0] -= 1
 
     stats = []
@@ -88,6 +91,7 @@ def test_a_set_loads_files_at_once_and_stops_as_one(tmp_path, mode):
     assert_same(got, want)
     assert seen[-1] == total and seen == sorted(seen)
     assert [s["mode"] for s in stats] == [mode] * 5 and sum(s["bytes"] for s in stats) == total
+    assert (threads == {threading.get_ident()}) == (mode == "map")
     with pytest.raises(lockstep.LoadCancelled):
         lockstep.load(index, mode=mode, progress=lambda done, t: done > 0)
 

@@ -4,15 +4,16 @@
  *   lockstep_bench_load IMPL FILE cold|warm
  *   lockstep_bench_load drop FILE      (drop the file's pages; exit 1 if some stay)
  *
- * IMPL: lockstep-auto, lockstep-copy, lockstep-buffered, lockstep-alias (the mapping,
- * every page touched once, as a user of the tensors would), mmap+memcpy, pread
- * (buffered, one read in flight, tensor by tensor, as llama.cpp without mmap), and the
- * ceilings: memcpy (memory bandwidth, both buffers already faulted in) and direct-read
- * (O_DIRECT reads of the same file into reused huge-page buffers: the best of 1 x 8 MiB,
- * 2 x 4 MiB and 4 x 4 MiB in flight, so the disk's best case), and direct-read-fresh,
- * the ceiling of a load into new memory: 2 x 4 MiB in flight into one destination of
- * the file's size, allocated (huge pages asked for) inside the timing and first touched
- * by the reads, with no memory freed in the process before it.
+ * IMPL: lockstep-auto, lockstep-copy, lockstep-buffered, lockstep-alias (a mapping, as
+ * alias and a warm auto give, has every page touched once, as a user of the tensors
+ * would), mmap+memcpy, pread (buffered, one read in flight, tensor by tensor, as
+ * llama.cpp without mmap), and the ceilings: memcpy (memory bandwidth, both buffers
+ * already faulted in) and direct-read (O_DIRECT reads of the same file into reused
+ * huge-page buffers: the best of 1 x 8 MiB, 2 x 4 MiB and 4 x 4 MiB in flight, so the
+ * disk's best case), and direct-read-fresh, the ceiling of a load into new memory: 2 x
+ * 4 MiB in flight into one destination of the file's size, allocated (huge pages asked
+ * for) inside the timing and first touched by the reads, with no memory freed in the
+ * process before it.
  * Every impl other than the ceilings allocates its destination inside the timing.
  * Prints two JSON rows (GB/s and CPU-s/GB of tensor bytes) for tools/lockstep. */
 #define _GNU_SOURCE
@@ -208,7 +209,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "lockstep_bench_load: %s: %s\n", path, err.message);
             return 1;
         }
-        if (p.mode == LOCKSTEP_LOAD_ALIAS) /* a mapping costs when its pages are touched */
+        /* alias, and auto on a warm file: a mapping costs when its pages are touched */
+        lockstep_load_stats_t st;
+        if (lockstep_loaded_stats(l, &st) == 0 &&
+            (st.mode == LOCKSTEP_LOAD_ALIAS || st.mode == LOCKSTEP_LOAD_MAP))
             for (size_t i = 0; i < n; i++) {
                 const unsigned char *d = lockstep_loaded_data(l, i);
                 for (uint64_t k = 0; k < lockstep_model_tensor(m, i)->size; k += 4096)

@@ -9,6 +9,9 @@ DIR holds safetensors shards and their index (make_files.py). IMPL:
                          converted while loading (GB/s of the checkpoint's bytes)
   safetensors.torch      safetensors.torch.load_file on each shard in turn
   direct-read            the ceiling: lockstep_bench_load's direct reads of every shard
+  map-touch              warm only, the floor of a mapping: each shard mapped whole
+                         (private, writable), a view per tensor (its place known
+                         beforehand: no header read) and every page touched as below
   direct-read-fresh      the same reads into new memory of each shard's size, its first
                          touch included (lockstep_bench_load direct-read-fresh)
   lockstep-tp2           two processes at once, each loading its rows of every tensor
@@ -22,6 +25,7 @@ lockstep_bench_load (`drop` empties the page cache of a file). Prints the rows
 "shards STATE GB/s" and "shards STATE CPU-s/GB" (GB: the checkpoint's bytes), and for
 lockstep-tp2 "shards STATE read/size" (bytes read from storage over the checkpoint's)."""
 import json
+import mmap
 import os
 import resource
 import subprocess
@@ -117,11 +121,20 @@ def main():
         from safetensors.torch import load_file
         for f in files:
             prepare(f, state, exe)
+        if impl == "map-touch":  # the tensors' places, read before the timing (and only here:
+            # the tables, alive, would count toward Python's next collection in a load timed)
+            layout = [[(t[0], t[3], t[4]) for t in lockstep.checkpoint.resolve(f).parts[0].tensors] for f in files]
         t0, c0 = time.perf_counter(), cpu()
         if impl == "safetensors.torch":
             tensors = {}
             for f in files:
                 tensors.update(load_file(f))
+        elif impl == "map-touch":
+            tensors = {}
+            for f, part in zip(files, layout):
+                with open(f, "rb") as fh:
+                    whole = torch.frombuffer(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY), dtype=torch.uint8)
+                tensors.update((name, whole[at:at + size]) for name, at, size in part)
         else:
             _, tensors = lockstep.load(folder, framework="torch",
                                        mode="alias" if impl == "lockstep-shards-alias" else "auto",

@@ -30,7 +30,10 @@
 static struct graph_data G;
 static int delay_length = 64; /* EPCC's delay: about 0.1 us of dependent adds */
 
-static void delay(int n)
+/* Out of line, as EPCC's: inlined, the construct and its reference each had a copy,
+ * and the copies' store forwarding of `a` ran at different speeds by where they sat,
+ * so a row read the difference of the copies, not the construct's cost. */
+__attribute__((noinline)) static void delay(int n)
 {
     volatile float a = 0.0f;
     for (int i = 0; i < n; i++)

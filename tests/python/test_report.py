@@ -214,3 +214,35 @@ def test_the_oversubscribed_graph_floor_counts_a_nodes_work(monkeypatch):
     rows[-1] = omp("graph", "lockstep", 4, 1600.0)
     assert any(x.startswith("graph at 4 threads") and ": MISSED (1.6e+03" in x
                for x in lockstep_bench_omp.omp_targets(rows))
+
+
+def test_a_load_target_past_its_floor_is_judged_against_the_floor():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import lockstep_bench_ckpt
+
+    def gbs(impl, state, median):
+        return {"workload": f"shards {state} GB/s", "impl": impl, "param": 1, "median": median, "unit": "GB/s"}
+    rows = [gbs("lockstep-shards", "cold", 1.7), gbs("direct-read", "cold", 2.5),
+            gbs("direct-read-fresh", "cold", 2.0), gbs("safetensors.torch", "cold", 1.0),
+            gbs("lockstep-shards", "warm", 30.0), gbs("lockstep-shards-alias", "warm", 28.0),
+            gbs("safetensors.torch", "warm", 31.0), gbs("map-touch", "warm", 33.0),
+            gbs("lockstep-shards-to-f32", "cold", 1.2), gbs("lockstep-tp2", "cold", 2.1)]
+    lines = lockstep_bench_ckpt.targets(rows)
+    # 0.9 x 2.5 = 2.25 asks more than the floor (2.0): judged at >= 0.8 x 2.0
+    assert lines[0] == ("shards cold: lockstep-shards >= 0.9x direct-read, past the floor (direct-read-fresh "
+                        "2.00 GB/s: 1.12x it), restated >= 0.8x the floor: met (0.85x the floor, 0.68x direct-read)")
+    # 1.5 x 1.0 lies below the floor: judged as written
+    assert lines[1] == "shards cold: lockstep-shards >= 1.5x safetensors.torch: met (1.70x, 1.70 against 1.00 GB/s)"
+    assert lines[2].endswith("missed (0.97x, 30.00 against 31.00 GB/s)")  # 1.0 x 31 is below map-touch's 33
+    assert "restated >= 0.8x the floor: met (0.85x the floor" in lines[3]
+    assert lines[4] == ("shards cold: lockstep-shards-to-f32 >= 0.8x lockstep-shards: missed "
+                        "(0.71x, 1.20 against 1.70 GB/s)")  # against our own load: no floor
+    # the slower rank: 1.7 / 2.1 = 0.81x the full load, 2.0 / 2.1 = 0.95x the floor's time
+    assert lines[-1].endswith(": met (0.81x the full load, 0.95x the disk's time)")
+    rows[-1] = gbs("lockstep-tp2", "cold", 1.5)
+    assert ": missed (1.13x the full load, 1.33x the disk's time)" in lockstep_bench_ckpt.targets(rows)[-1]
+    rows[7] = gbs("map-touch", "warm", 25.0)  # slower than load_file: no floor
+    assert lockstep_bench_ckpt.targets(rows)[3] == (
+        "shards warm: lockstep-shards-alias >= 3.0x safetensors.torch: missed (0.90x, 28.00 against 31.00 GB/s) "
+        "(map-touch 25.00 GB/s, slower than safetensors.torch: no floor)")

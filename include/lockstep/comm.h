@@ -29,22 +29,24 @@
  *
  *   call            small: one sync  large                 zero-copy          kernel copy:
  *                                                                             close | far
- *   allreduce       <= allreduce_    chunked reduce-       send and recv in   -     | from
- *                   small_bytes      scatter + allgather   every rank's             | 64 KiB;
- *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB       | 256 KiB-
- *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)        | 4 MiB
+ *   allreduce       <= allreduce_    chunked reduce-       send and recv in   64-256 | from
+ *                   small_bytes      scatter + allgather   every rank's       KiB,   | 64 KiB;
+ *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB 4-byte | 256 KiB-
+ *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)  elems. | 4 MiB
  *                   oversubscribed)  chunk                                          | oversub.
- *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  -     | blocks
- *                   (8 KiB over.)                          blocks                   | 32 KiB+
+ *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  blocks of 64-
+ *                   (8 KiB over.)                          blocks             128 KiB | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160
- *                   scatter                                blocks             KiB | 16 KiB+;
- *                                                                             32 KiB+ oversub.
+ *                   scatter                                blocks             KiB, 4 MiB+ |
+ *                                                                             16 KiB+; 32 KiB+
+ *                                                                             oversub.
  *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
- *                                    pieces                bufs in buffers;   each: 64-512 KiB
- *                                                          PULL, the root's   | 16 KiB+
+ *                                    pieces                bufs in buffers;   each: 64-512 KiB,
+ *                                                          PULL, the root's   16 MiB+ | 16 KiB+
  *   allgather       PULL: block,     chunked               PUSH, every recv   PUSH blocks of
  *                   PUSH: total      through the chunk     in its buffer;     128-384 KiB, PULL
- *                   <= small_bytes   slots                 PULL, every send   - | 16 KiB+; PUSH
+ *                   <= small_bytes   slots                 PULL, every send   64-128 KiB, 16 MiB+
+ *                                                                             | 16 KiB+; PUSH
  *                                                                             64 KiB+ oversub.
  *
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
@@ -55,7 +57,7 @@
  * apart only, and for 4-byte and wider elements (f16/bf16 keep the slots). Tiny
  * payloads (up to 100 bytes) ride inside the announcement itself.
  * LOCKSTEP_KERNEL_COPY_WIDE lifts the close windows' upper limits (allreduce from
- * 256 KiB, f16/bf16 512 KiB; reduce-scatter 256 KiB), for machines whose kernel copies
+ * 64 KiB, f16/bf16 512 KiB; reduce-scatter 64 KiB), for machines whose kernel copies
  * are as fast as memcpy (lockstep does not time them). Eager broadcasts
  * (params.broadcast_eager_bytes) are the caller's choice, not a route.
  *

@@ -145,13 +145,14 @@ static inline int ls_kcopy_offer(const lockstep_comm_t *c, struct ls_kcopy_windo
         return 1;
     if (c->kcopy_wide)
         return bytes >= w.wide_min;
-    return bytes >= w.fits_min && bytes <= w.fits_max;
+    return (bytes >= w.fits_min && bytes <= w.fits_max) || bytes >= w.fits_again;
 }
 
 /* The smallest block any rank might offer a kernel copy for on window w's route */
 static inline size_t ls_kcopy_least(struct ls_kcopy_window w)
 {
     size_t m = w.fits_min < w.wide_min ? w.fits_min : w.wide_min;
+    m = m < w.fits_again ? m : w.fits_again;
     m = m < w.far_min ? m : w.far_min;
     m = m < w.over_far_min ? m : w.over_far_min;
     return m < w.over_min ? m : w.over_min;

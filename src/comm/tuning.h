@@ -80,6 +80,7 @@
  * every rank can reach its peers (probed at create) and offers it. */
 struct ls_kcopy_window {
     size_t fits_min, fits_max; /* ranks fit the CPUs, close: blocks in [min, max] */
+    size_t fits_again;         /* ranks fit, close: and from here up */
     size_t wide_min;           /* ranks fit, LOCKSTEP_KERNEL_COPY_WIDE: from here up */
     size_t far_min;            /* ranks fit, far apart: from here up */
     size_t over_min;           /* ranks outnumber the CPUs, close: from here up */
@@ -89,36 +90,55 @@ struct ls_kcopy_window {
 #define LS_KCOPY_ANY SIZE_MAX /* no upper limit */
 #define LS_KIB ((size_t)1024)
 
-/* allreduce: the chunked path reduces while it copies, and close kernel copies of
- * reduced data won only where they are fast (f16/bf16 reduce more slowly and start
- * later); far apart, from 64 KiB (apart: 13 us against the slots' 35.5 at 64 KiB).
+/* allreduce: the chunked path reduces while it copies; close, f32/i32 kernel copies
+ * win from 64 KiB to 256 KiB (2 ranks: 0.84-0.98x the chunked path; at 1 MiB 1.2-1.5x,
+ * where the chunked path's copies and reductions overlap), f16/bf16 never (they
+ * reduce more slowly and start later); far apart, from 64 KiB (apart: 13 us against
+ * the slots' 35.5 at 64 KiB).
  * Ranks outnumbering the CPUs far apart: from 256 KiB to 4 MiB (4 ranks on 2 CPUs:
  * 1 MiB 256-300 us against the slots' 321-327; at 64 KiB 23 against 18, at 16 MiB
  * 6320-6460 against 5730-5850, where the two ranks sharing a core evict each other's
  * pieces) */
 #define LS_KCOPY_ALLREDUCE                                                              \
-    {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, 256 * LS_KIB, 4096 * LS_KIB}
+    {64 * LS_KIB, 256 * LS_KIB, LS_KCOPY_NEVER, 64 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, 256 * LS_KIB, \
+     4096 * LS_KIB}
 #define LS_KCOPY_ALLREDUCE_HALF                                                         \
-    {LS_KCOPY_NEVER, 0, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, 0}
+    {LS_KCOPY_NEVER, 0, LS_KCOPY_NEVER, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, 0}
 /* reduce-scatter, per block: each rank reads its block of every peer's send, the
- * slots' second copy saved; close, the slots' chunked steps overlap as well */
+ * slots' second copy saved; close, 64-128 KiB blocks (2 ranks, 64 KiB: 0.83-0.89x the
+ * slots, in the main job's tables and by hand; from 256 KiB the slots' chunked steps
+ * overlap, and the main job's tables and `bench comm`'s rows had them 0.6-0.7x the
+ * kernel copy) */
 #define LS_KCOPY_REDUCE_SCATTER \
-    {LS_KCOPY_NEVER, 0, 256 * LS_KIB, 32 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
+    {64 * LS_KIB, 128 * LS_KIB, LS_KCOPY_NEVER, 64 * LS_KIB, 32 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, \
+     LS_KCOPY_ANY}
 /* all-to-all, per block: the writer's copy is cheap (its source is in its cache);
- * with ranks outnumbering CPUs the slots' steps wait for ranks to be scheduled; far
- * apart from 16 KiB (2 ranks: 3.5 us against the slots' 4.6; at 8 KiB alike) */
+ * close, blocks of 32-160 KiB and again from 4 MiB (2 ranks: 4-16 MiB 0.64-0.86x the
+ * slots; 1-2 MiB 1.12-1.29x, where the slots' chunked steps overlap); with ranks
+ * outnumbering CPUs the slots' steps wait for ranks to be scheduled; far apart from
+ * 16 KiB (2 ranks: 3.5 us against the slots' 4.6; at 8 KiB alike) */
 #define LS_KCOPY_ALLTOALL \
-    {32 * LS_KIB, 160 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 32 * LS_KIB, 32 * LS_KIB, LS_KCOPY_ANY}
+    {32 * LS_KIB, 160 * LS_KIB, 4096 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 32 * LS_KIB, 32 * LS_KIB, \
+     LS_KCOPY_ANY}
 /* allgather PUSH, per block: as the all-to-all's writes */
 #define LS_KCOPY_ALLGATHER_PUSH \
-    {128 * LS_KIB, 384 * LS_KIB, 128 * LS_KIB, 16 * LS_KIB, 64 * LS_KIB, 64 * LS_KIB, LS_KCOPY_ANY}
-/* allgather PULL: reading a peer's fresh block pulls it from the peer's cache */
+    {128 * LS_KIB, 384 * LS_KIB, LS_KCOPY_NEVER, 128 * LS_KIB, 16 * LS_KIB, 64 * LS_KIB, 64 * LS_KIB, \
+     LS_KCOPY_ANY}
+/* allgather PULL (the default): a kernel read of each peer's block is one copy where
+ * the slots make two; close, 64-128 KiB blocks and again from 16 MiB (2 ranks: 64 KiB
+ * 0.69-0.91x the slots and 16 MiB 0.75-0.91x in two main jobs' tables; 256 KiB-4 MiB
+ * 1.0-1.6x, where the slots' chunked steps overlap; 16 KiB 1.23-1.29x) */
 #define LS_KCOPY_ALLGATHER_PULL \
-    {LS_KCOPY_NEVER, 0, 1024 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
+    {64 * LS_KIB, 128 * LS_KIB, 16384 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, \
+     LS_KCOPY_ANY}
 /* broadcast between 2 ranks: each moves half, the root writing and the receiver
- * reading; far apart from 16 KiB (apart: 32 KiB 4.7 us against the slots' 18.4) */
+ * reading; close, 64-512 KiB and again from 16 MiB (2 ranks, 16 MiB: 0.57-1.0x the
+ * pipelined pieces in two main jobs' tables; 1-4 MiB the pieces overlap the two
+ * copies, 0.6-0.8x the kernel copy there); far apart from 16 KiB (apart: 32 KiB 4.7 us
+ * against the slots' 18.4) */
 #define LS_KCOPY_BROADCAST \
-    {64 * LS_KIB, 512 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, LS_KCOPY_ANY}
+    {64 * LS_KIB, 512 * LS_KIB, 16384 * LS_KIB, 64 * LS_KIB, 16 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, \
+     LS_KCOPY_ANY}
 
 /* A kernel copy moves at most this per system call, each after a check that the call
  * has not failed, so that a failure stops a large copy soon */

@@ -5,18 +5,20 @@
 #include "comm_harness.h"
 #include "failure_helpers.h"
 
-#define COUNT (64 * 1024 / 4) /* f32: 64 KiB, inside every far window, outside the close ones */
+#define COUNT (64 * 1024 / 4) /* f32: 64 KiB, a block inside every far window */
+#define AR_COUNT (512 * 1024 / 4) /* the allreduce's f32: 512 KiB, inside its far window,
+                                     past its close one */
 #define PROBES 40             /* probe intervals a change may take (a probe whose partner is
                                  preempted is dropped) */
 
-/* One allreduce of COUNT f32 (call i of the job), checked element by element: each
+/* One allreduce of AR_COUNT f32 (call i of the job), checked element by element: each
  * rank contributes (rank + 1) * (i % 7 + k % 5), summed exactly in f32 */
 static int checked_allreduce(lockstep_comm_t *c, int rank, int size, unsigned i, float *send, float *recv)
 {
-    for (size_t k = 0; k < COUNT; k++)
+    for (size_t k = 0; k < AR_COUNT; k++)
         send[k] = (float)((rank + 1) * (int)(i % 7 + k % 5));
-    CHECK_EQ(lockstep_comm_allreduce(c, send, recv, COUNT, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
-    for (size_t k = 0; k < COUNT; k++)
+    CHECK_EQ(lockstep_comm_allreduce(c, send, recv, AR_COUNT, LOCKSTEP_DTYPE_F32, LOCKSTEP_OP_SUM), 0);
+    for (size_t k = 0; k < AR_COUNT; k++)
         CHECK_EQ(recv[k], (float)(size * (size + 1) / 2 * (int)(i % 7 + k % 5)));
     return lockstep_comm_route(c);
 }
@@ -44,7 +46,7 @@ static int change_body(int rank, int size, const char *job)
     CHECK(c != NULL);
     uint32_t rt = 0;
     CHECK_EQ(lockstep_comm_distance(c, &rt), LOCKSTEP_DISTANCE_CLOSE);
-    float *send = malloc(COUNT * 4), *recv = malloc(COUNT * 4);
+    float *send = malloc(AR_COUNT * 4), *recv = malloc(AR_COUNT * 4);
     CHECK(send && recv);
     unsigned i = 0;
     calls_until(c, rank, size, &i, send, recv, LOCKSTEP_ROUTE_CHUNKED);
@@ -104,6 +106,21 @@ static int change_body(int rank, int size, const char *job)
         CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "close", 1), 0);
     calls_until(c, rank, size, &i, send, recv, LOCKSTEP_ROUTE_CHUNKED);
     CHECK_EQ(lockstep_comm_distance(c, NULL), LOCKSTEP_DISTANCE_CLOSE);
+    /* close, the all-to-all's two windows: 1 MiB blocks through the slots, 4 MiB ones
+     * by kernel copy again */
+    for (size_t mib = 1; mib <= 4; mib += 3) {
+        size_t blk = mib << 20;
+        unsigned char *ain = malloc((size_t)size * blk), *aout = malloc((size_t)size * blk);
+        CHECK(ain && aout);
+        for (size_t k = 0; k < (size_t)size * blk; k++)
+            ain[k] = (unsigned char)(k / blk * 16 + (size_t)rank * 4 + k % 3);
+        CHECK_EQ(lockstep_comm_alltoall(c, ain, aout, blk), 0);
+        CHECK_EQ(lockstep_comm_route(c), mib == 4 && can_kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED);
+        for (size_t k = 0; k < (size_t)size * blk; k++) /* block r: rank r's block `rank` */
+            CHECK_EQ(aout[k], (unsigned char)((size_t)rank * 16 + k / blk * 4 + (k % blk + (size_t)rank * blk) % 3));
+        free(ain);
+        free(aout);
+    }
     free(in);
     free(out);
     free(send);

@@ -111,7 +111,9 @@ def tp_mlp(comm, handle, batch, quick):
         with torch.inference_mode():
             impls = {"eager": step, "compiled": torch.compile(step, fullgraph=True),
                      "eager-alone": alone, "compiled-alone": torch.compile(alone, fullgraph=True)}
-            iters = {name: iters_for(batch(f, x, 2)) for name, f in impls.items()}  # compiles here
+            for f in impls.values():  # compiles here; warm, each path's time sets its batch
+                batch(f, x, 2)
+            iters = {name: iters_for(batch(f, x, 2)) for name, f in impls.items()}
             reps = {name: [] for name in impls}
             for _ in range(REPS):
                 for name, f in impls.items():
@@ -170,8 +172,11 @@ def main():
             z.zero_()
             arg = {name: z if name == "lockstep-buffer" else t for name in names}
             reps = {name: [] for name in names}
-            # warm up every path; the time per call (the slowest rank's, so the same on
-            # every rank) sets each one's batch length
+            # warm up every path, then its time per call (the slowest rank's, so the same
+            # on every rank) sets its batch length: the first path's, taken cold, was long
+            # and made its batches short
+            for name in names:
+                batch(impls[name], arg[name], 4)
             iters = {name: iters_for(batch(impls[name], arg[name], 4)) for name in names}
             for r in range(REPS):
                 # the order turns by one each round: the batch after a slow neighbour's

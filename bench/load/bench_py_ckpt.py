@@ -20,7 +20,10 @@ DIR holds safetensors shards and their index (make_files.py). IMPL:
                          storage (/proc/self/io read_bytes: cold only)
 Every load is followed by a read of one byte of every 4 KiB page of every tensor:
 safetensors 0.8's load_file maps the file, so its pages arrive at their first use,
-and a load is counted until all its data is in memory. DROP_EXE is
+and a load is counted until all its data is in memory. Every impl starts with the
+memory it will need touched and freed just before its timing (bench_py_load.prime: this
+VM hands freed memory back to its host, and a process that touches it first waits for
+the host to back it again, 2-7x slower). DROP_EXE is
 lockstep_bench_load (`drop` empties the page cache of a file). Prints the rows
 "shards STATE GB/s" and "shards STATE CPU-s/GB" (GB: the checkpoint's bytes), and for
 lockstep-tp2 "shards STATE read/size" (bytes read from storage over the checkpoint's)."""
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from bench_py_load import prepare  # beside this file
+from bench_py_load import prepare, prime  # beside this file
 
 
 def cpu():
@@ -76,6 +79,7 @@ def tp_rank(rank, world, folder):
     import torch
     import lockstep
     plan = lockstep.ShardPlan(rank, world, {"*": 0})
+    prime(checkpoint_bytes(folder) // world)
     print("ready", flush=True)
     sys.stdin.readline()
     t0, c0, r0 = time.perf_counter(), cpu(), read_bytes()
@@ -98,9 +102,12 @@ def tp2(folder, files, state, exe):
     got = [json.loads(p.communicate()[0]) for p in ranks]
     if any(p.returncode for p in ranks):
         raise SystemExit("a tp2 rank failed")
+    return checkpoint_bytes(folder), max(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got)
+
+
+def checkpoint_bytes(folder):
     from lockstep import checkpoint
-    size = sum(t[4] for part in checkpoint.resolve(folder).parts for t in part.tensors)
-    return size, max(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got)
+    return sum(t[4] for part in checkpoint.resolve(folder).parts for t in part.tensors)
 
 
 def main():
@@ -114,6 +121,7 @@ def main():
         if state == "cold":
             extra = [("read/size", nread / nbytes)]
     elif impl in ("direct-read", "direct-read-fresh"):
+        prime(checkpoint_bytes(folder))  # handed on: each shard's process is new
         nbytes, secs, cpus = direct_read(files, state, exe, impl)
     else:
         import torch
@@ -124,6 +132,8 @@ def main():
         if impl == "map-touch":  # the tensors' places, read before the timing (and only here:
             # the tables, alive, would count toward Python's next collection in a load timed)
             layout = [[(t[0], t[3], t[4]) for t in lockstep.checkpoint.resolve(f).parts[0].tensors] for f in files]
+        nbytes = checkpoint_bytes(folder)
+        prime(2 * nbytes if impl == "lockstep-shards-to-f32" else nbytes)  # at most 2x: f16 to f32
         t0, c0 = time.perf_counter(), cpu()
         if impl == "safetensors.torch":
             tensors = {}
@@ -141,7 +151,6 @@ def main():
                                        dtype="float32" if impl == "lockstep-shards-to-f32" else None)
         touch(tensors, torch)
         secs, cpus = time.perf_counter() - t0, cpu() - c0
-        nbytes = sum(t[4] for part in lockstep.checkpoint.resolve(folder).parts for t in part.tensors)
     gb = nbytes / 1e9
     for unit, value in [("GB/s", gb / secs), ("CPU-s/GB", cpus / gb)] + extra:
         print(json.dumps({"workload": f"shards {state} {unit}", "impl": impl, "param": int(nbytes),

@@ -236,7 +236,7 @@ typedef struct lockstep_load_params {
     int check;                     /* scan for NaN/Inf and bad block scales */
     lockstep_load_progress_fn progress;
     void *progress_arg;
-    int n_readers;                 /* reads in flight, 1..64 (0 = 2, measured) */
+    int n_readers;                 /* reads in flight, 1..64 (0: 2 in place, 6 staged) */
     size_t chunk_bytes;            /* bytes per read (0 = 4 MiB, measured) */
     const char *to_type;           /* "F32", "F16" or "BF16": F32, F16 and BF16 tensors
                                       arrive as this type, converted while they are

@@ -27,7 +27,8 @@ def add_parsers(sub: Any) -> None:
                    help="cuda: one file through the CUDA sink (the lockstep-load program)")
     s.add_argument("--mode", choices=list(_MODES), default="auto")
     s.add_argument("--check", action="store_true", help="scan values for NaN/Inf while loading")
-    s.add_argument("--readers", type=int, default=0, help="reads in flight per file (default 2)")
+    s.add_argument("--readers", type=int, default=0,
+                   help="reads in flight per file (default 2; 6 when converting or gathering columns)")
     s.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
                    help="convert f32, f16 and bf16 tensors to this type while loading")
     s.add_argument("--numa", default="local", help="local (default), off, or a node number: where the "

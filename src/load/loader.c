@@ -17,8 +17,8 @@
  *    on, for every thread), deliver, check, count progress (which may cancel).
  *
  * The defaults (huge pages where direct reads land, 4 KiB pages where the CPU copies
- * to, 2 readers of 4 MiB requests, one thread pre-faulting ahead, reader threads
- * rather than io_uring, whose depth did not help) were chosen by
+ * to, 4 MiB requests, 2 readers in place and 6 staged, one thread pre-faulting ahead,
+ * reader threads rather than io_uring, whose depth did not help) were chosen by
  * `lockstep bench load`; its figures are in docs/performance.md.
  *
  * Test hook: LOCKSTEP_LOAD_REFUSE_DIRECT_AT=<offset> makes direct reads at or past
@@ -206,11 +206,11 @@ static int run_job(struct job *j)
             atomic_init(&j->remaining[k], t->size);
         }
     }
-    int readers = p->n_readers ? p->n_readers : 2;
+    int staging = !j->in_place && (j->cuda || j->fd_direct >= 0 || j->to_kind >= 0);
+    int readers = p->n_readers ? p->n_readers : staging && !j->cuda ? STAGED_READERS : IN_PLACE_READERS;
     if ((size_t)readers > j->n_chunks)
         readers = j->n_chunks ? (int)j->n_chunks : 1;
     j->n_readers = readers;
-    int staging = !j->in_place && (j->cuda || j->fd_direct >= 0 || j->to_kind >= 0);
     void *maps[MAX_READERS][LS_CUDA_RING];
     size_t map_lens[MAX_READERS][LS_CUDA_RING];
     int pinned[MAX_READERS][LS_CUDA_RING];

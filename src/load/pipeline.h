@@ -19,6 +19,11 @@
 #endif
 
 #define MAX_READERS 64
+/* Reads in flight by default: into the destination, the direct-read ceiling's best; a
+ * staged reader converts or gathers between its reads, and 6 keep the disk as busy
+ * (f16 -> f32 of 2 GiB from disk: 1.8-2.3 GB/s with 2, 2.2-2.45 with 6). */
+#define IN_PLACE_READERS 2
+#define STAGED_READERS 6
 #define HUGE_PAGE (2u << 20)
 #define STAGED_GAP (64u << 10) /* small gaps inside a staged chunk are read through */
 /* A selection's residency is sampled, not counted: mincore walks the page cache page

@@ -244,5 +244,12 @@ def test_a_load_target_past_its_floor_is_judged_against_the_floor():
     assert ": missed (1.13x the full load, 1.33x the disk's time)" in lockstep_bench_ckpt.targets(rows)[-1]
     rows[7] = gbs("map-touch", "warm", 25.0)  # slower than load_file: no floor
     assert lockstep_bench_ckpt.targets(rows)[3] == (
-        "shards warm: lockstep-shards-alias >= 3.0x safetensors.torch: missed (0.90x, 28.00 against 31.00 GB/s) "
+        "shards warm, best rounds: lockstep-shards-alias >= 3.0x safetensors.torch: missed (0.90x, 28.00 against 31.00 GB/s) "
         "(map-touch 25.00 GB/s, slower than safetensors.torch: no floor)")
+    # warm: each impl's best round (a slow spell only adds time); cold: the medians
+    rows[4] = dict(gbs("lockstep-shards", "warm", 10.0), max=31.0)
+    rows[6] = dict(gbs("safetensors.torch", "warm", 29.0), max=31.0)
+    rows[0] = dict(gbs("lockstep-shards", "cold", 1.7), max=9.0)
+    lines = lockstep_bench_ckpt.targets(rows)
+    assert lines[2].startswith("shards warm, best rounds: lockstep-shards >= 1.0x safetensors.torch: met (1.00x, 31.00 against 31.00 GB/s)")
+    assert lines[1].endswith("met (1.70x, 1.70 against 1.00 GB/s)")

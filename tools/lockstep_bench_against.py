@@ -13,8 +13,9 @@ import os
 import statistics
 import subprocess
 
+from lockstep_common import USUAL_ROUND_TRIP_NS
+
 COLLECTIVES = ("allreduce", "reduce_scatter", "alltoall", "bcast", "allgather")
-USUAL_ROUND_TRIP_NS = 100
 # the most after / before may be: ranks that fit the CPUs, and more ranks than CPUs
 LIMIT_FITS, LIMIT_OVERSUBSCRIBED = 1.15, 1.5
 

@@ -5,6 +5,8 @@ import glob
 import os
 import sys
 
+from lockstep_common import USUAL_ROUND_TRIP_NS
+
 OMP_IMPLS = ["lockstep", "gomp", "libomp"]
 SYNC = ["parallel", "for", "parallel-for", "barrier", "single", "critical", "lock", "atomic", "reduction"]
 SCHED = [f"sched-{k}-{c}" for k in ("static", "dynamic", "guided") for c in (1, 8, 64)]
@@ -103,7 +105,6 @@ def omp_plan(quick):
 # bench omp --against REV: the most after / before may be, judged where the host's
 # round trip between the CPUs was in its usual state in both builds' rounds
 LIMIT_AGAINST = 1.10
-USUAL_ROUND_TRIP_NS = 100
 
 
 def bench_omp_against(build, other_lib, label, quick, rounds, run_json):

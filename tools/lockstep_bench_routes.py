@@ -13,9 +13,10 @@ import shutil
 import statistics
 import subprocess
 
+from lockstep_common import USUAL_ROUND_TRIP_NS
+
 ROUTE_SLACK = 1.10
 AGAINST_LIMIT = 1.15
-USUAL_ROUND_TRIP_NS = 100  # as lockstep_bench_against: under it the host is in its usual state
 SETTINGS = ("numpy/close", "numpy/far", "numpy/slots")
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "comm",
                       "bench_routes.py")

@@ -27,10 +27,13 @@ def test_targets_met_missed_and_absent():
         row("allreduce_2r", "openmpi", 1 << 20, 100.0), row("allreduce_2r", "lockstep", 1 << 20, 101.0),
         row("allreduce_4r", "openmpi", 64, 2.0), row("allreduce_4r", "lockstep", 64, 1.2),
         row("allreduce_4r", "lockstep-buffer", 64, 0.8),
-        row("allreduce_4r", "openmpi", 4 << 20, 1000.0), row("allreduce_4r", "lockstep", 4 << 20, 650.0),
+        row("allreduce_4r", "openmpi", 4 << 20, 1000.0), row("allreduce_4r", "lockstep", 4 << 20, 750.0),
         row("allreduce_4r", "lockstep-buffer", 4 << 20, 250.0),
+        row("allreduce_4r", "openmpi", 1 << 20, 100.0), row("allreduce_4r", "lockstep", 1 << 20, 65.0),
         row("allreduce_4r", "lockstep", 512 << 20, 1.0),  # past the range: not judged
         row("roundtrip_4r", "allreduce_4r", 4 << 20, 251.4),  # the host's state at a miss: said with it
+        row("roundtrip_4r", "allreduce_4r", 1 << 20, 460.0),  # apart: 0.65x is within 0.7x there
+        row("roundtrip_4r", "allreduce_4r", 64, 80.0),  # usual: 0.5x
         row("roundtrip_4r", "bcast_4r", 64, 70.0),  # another table's: not
         row("roundtrip_2r", "allreduce_2r", 4, 65.0),  # a size that met: not
         row("python_overhead_2r", "c", 64, 0.2), row("python_overhead_2r", "python", 64, 0.5),
@@ -45,8 +48,10 @@ def test_targets_met_missed_and_absent():
     assert m.lockstep_bench_comm.comm_targets(rows) == [
         "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: met at all 2 sizes (worst 0.70x at 4 B)",
         "allreduce_2r lockstep, 1 MiB-16 MiB, <= 1.00x OpenMPI: missed at 1 MiB 1.01x",
-        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI: missed at 64 B 0.60x, 4 MiB 0.65x (round trip 251 ns)",
-        "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI: met at all 2 sizes (worst 0.40x at 64 B)",
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): missed at 64 B 0.60x (round trip 80 ns), "
+        "4 MiB 0.75x (round trip 251 ns)",
+        "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): met at all 2 sizes "
+        "(worst 0.40x at 64 B)",
         "python_overhead_2r, 64 B, Python's allreduce <= 1.5 us over the C call: met (0.30 us)",
         "python_overhead_2r, 64 B, Python's broadcast: 0.12 us over the C call",
         "python_overhead_4r, 64 B, Python's allreduce <= 1.5 us over the C call: missed (1.75 us)",
@@ -58,11 +63,11 @@ def test_targets_met_missed_and_absent():
 def test_targets_without_rows():
     m = report()
     lines = m.lockstep_bench_comm.comm_targets([row("allreduce_2r", "lockstep", 4, 1.0)])  # no baseline row
-    assert lines == [f"{w} {impl}, {lo}-{hi}, <= {x} OpenMPI: not measured" for w, impl, lo, hi, x in (
-        ("allreduce_2r", "lockstep", "4 B", "256 KiB", "0.70x"),
-        ("allreduce_2r", "lockstep", "1 MiB", "16 MiB", "1.00x"),
-        ("allreduce_4r", "lockstep", "4 B", "16 MiB", "0.50x"),
-        ("allreduce_4r", "lockstep-buffer", "4 B", "16 MiB", "0.50x"))]
+    assert lines == [
+        "allreduce_2r lockstep, 4 B-256 KiB, <= 0.70x OpenMPI: not measured",
+        "allreduce_2r lockstep, 1 MiB-16 MiB, <= 1.00x OpenMPI: not measured",
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): not measured",
+        "allreduce_4r lockstep-buffer, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): not measured"]
     assert m.size_name(3) == "3 B" and m.size_name(1536) == "1536 B" and m.size_name(2048) == "2 KiB"
 
 

@@ -13,10 +13,11 @@ SCHED = [f"sched-{k}-{c}" for k in ("static", "dynamic", "guided") for c in (1, 
 TASKS = ["task-fan", "task-fib", "task-reduction"]
 
 # The targets of issue 64: (workload, the most lockstep / best baseline may be at 2
-# threads; None: no 2-thread target).
+# threads). ATOMIC is reported, not judged (issue 74): gcc inlines it, the runtime is
+# never called.
 TARGETS_2 = {"sync-parallel": 0.6, "sync-parallel-for": 0.6, "sync-reduction": 0.6,
              "sync-barrier": 0.5, "sync-for": 0.7, "sync-single": 1.0, "sync-critical": 1.0,
-             "sync-lock": 1.0, "sync-atomic": 1.0, "graph": 0.9, "task-fan": 1.5, "task-fib": 1.5,
+             "sync-lock": 1.0, "graph": 0.9, "task-fan": 1.5, "task-fib": 1.5,
              "nested": 0.7, "task-reduction": 1.0}
 # Threads outnumbering the CPUs (issue 74's reading of both): each row at most
 # max(OVERSUBSCRIBED x the better runtime, FLOOR_FACTOR x the floor: threads per CPU x
@@ -184,6 +185,13 @@ def omp_targets(rows):
         verdict = "met" if ours <= base + NOISE_US else "MISSED"
         return f"{verdict} (overheads within noise: lockstep {ours:.3f} us, best {base:.3f} us)"
 
+    def reported(w, t):
+        """a row with no target (ATOMIC: gcc inlines it, the runtime is never called)"""
+        ours, base = med(w, "lockstep", t), best(w, t)
+        if ours is None or base is None:
+            return []
+        return [f"{w} at {t} threads: {ours:.3f} us, {ours / base:.2f}x the better runtime (reported, not judged)"]
+
     lines = []
     for w, most in TARGETS_2.items():
         r = ratio(w, 2)
@@ -192,6 +200,7 @@ def omp_targets(rows):
                          f"{'met' if r <= most else 'MISSED'} ({r:.2f}x)")
         elif within_noise(w, 2):
             lines.append(f"{w} at 2 threads <= {most:.1f}x the better runtime: {within_noise(w, 2)}")
+    lines += reported("sync-atomic", 2)
     r = ratio("sched-dynamic-1", 2, "gomp")
     if r is not None:
         lines.append(f"sched-dynamic-1 at 2 threads <= 1.0x libgomp: {'met' if r <= 1.0 else 'MISSED'} ({r:.2f}x)")
@@ -218,9 +227,8 @@ def omp_targets(rows):
             ours, base = med(w, "lockstep", t), best(w, t)
             if ours is None or base is None:
                 continue
-            if w == "sync-atomic":  # gcc inlines it: the runtime is never called
-                lines.append(f"{w} at {t} threads: {ours:.3f} us, {ours / base:.2f}x the better runtime "
-                             f"(reported, not judged)")
+            if w == "sync-atomic":
+                lines += reported(w, t)
                 continue
             # the graph's figure is ns per node; a node runs no EPCC delay but its share of
             # a matrix-vector product, whose whole (the 1-thread figure, a barrier of one

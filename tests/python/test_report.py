@@ -221,6 +221,19 @@ def test_the_oversubscribed_graph_floor_counts_a_nodes_work(monkeypatch):
                for x in lockstep_bench_omp.omp_targets(rows))
 
 
+def test_atomic_is_reported_not_judged_at_any_thread_count(monkeypatch):
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import lockstep_bench_omp
+    monkeypatch.setattr(lockstep_bench_omp.os, "cpu_count", lambda: 2)
+    rows = [{"workload": "sync-atomic", "impl": impl, "param": t, "median": v, "unit": "us"}
+            for t in (2, 4) for impl, v in (("lockstep", 0.05), ("gomp", 0.01), ("libomp", 0.02))]
+    rows.append({"workload": "handoff", "impl": "host", "param": 2, "median": 0.5, "unit": "us"})
+    lines = [x for x in lockstep_bench_omp.omp_targets(rows) if x.startswith("sync-atomic")]
+    assert lines == ["sync-atomic at 2 threads: 0.050 us, 5.00x the better runtime (reported, not judged)",
+                     "sync-atomic at 4 threads: 0.050 us, 5.00x the better runtime (reported, not judged)"]
+
+
 def test_a_load_target_past_its_floor_is_judged_against_the_floor():
     import sys
     sys.path.insert(0, os.path.join(ROOT, "tools"))

@@ -60,6 +60,24 @@ def test_targets_met_missed_and_absent():
     ]
 
 
+def test_a_size_past_the_bare_exchange_is_judged_against_it():
+    m = report()
+    rows = [row("allreduce_4r", "openmpi", 64, 5.0), row("allreduce_4r", "lockstep", 64, 2.9),
+            row("allreduce_4r", "bare-exchange", 64, 3.0),  # 0.60x: the 0.5x target asks less than the floor
+            row("allreduce_4r", "openmpi", 256, 5.0), row("allreduce_4r", "lockstep", 256, 2.7),
+            row("allreduce_4r", "bare-exchange", 256, 2.6),  # 0.52x, and lockstep slower than it: missed
+            row("allreduce_4r", "openmpi", 1024, 10.0), row("allreduce_4r", "lockstep", 1024, 3.0),
+            row("allreduce_4r", "bare-exchange", 1024, 4.0)]  # below the target: the target as written
+    assert m.lockstep_bench_comm.comm_targets(rows)[2] == (
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): missed at 256 B 0.54x "
+        "(the bare-exchange 0.52x); past the bare-exchange at 64 B (0.60x OpenMPI), 256 B (0.52x OpenMPI), "
+        "judged against it")
+    rows[4] = row("allreduce_4r", "lockstep", 256, 2.5)
+    assert m.lockstep_bench_comm.comm_targets(rows)[2].startswith(
+        "allreduce_4r lockstep, 4 B-16 MiB, <= 0.50x OpenMPI (0.70x apart): met at all 3 sizes (worst 0.58x at 64 B); "
+        "past the bare-exchange at 64 B")
+
+
 def test_targets_without_rows():
     m = report()
     lines = m.lockstep_bench_comm.comm_targets([row("allreduce_2r", "lockstep", 4, 1.0)])  # no baseline row

@@ -34,6 +34,12 @@ COLLAPSE = 10.0
 # is judged as lockstep's overhead at most the baseline's plus this.
 NOISE_US = 0.02
 IDLE_MOST = 0.01  # CPU-s per s after 10 ms
+# Regions where threads outnumber the CPUs: this many times the rounds, the region by
+# hand (floor-region) interleaved with them: the host's floor drifts from one minute to
+# the next by more than the targets' margin, so it is measured in the same minutes as
+# the rows it judges.
+REGION_ROWS = ("sync-parallel", "sync-parallel-for")
+REGION_ROUNDS = 4
 
 
 def libomp_path():
@@ -71,14 +77,18 @@ def bench_omp(build, quick, run_json, collect):
     base_env = dict(os.environ)
     for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "LOCKSTEP_OMP_STATS"):
         base_env.pop(var, None)
+    cpus = os.cpu_count() or 1
     for i, (w, t) in enumerate(plan, 1):
         print(f"[{i}/{len(plan)}] omp {w} at {t} threads", file=sys.stderr, flush=True)
-        # the host's floor runs no runtime; the rest, every runtime interleaved
-        runs = {"host": {}} if w == "floor-region" else impls
-        for _ in range(rounds):  # interleaved: drift hits every runtime alike
-            for impl, extra in runs.items():
+        runs = [(impl, w, extra) for impl, extra in impls.items()]
+        times = rounds
+        if w in REGION_ROWS and t > cpus:  # the host's floor runs no runtime
+            runs.append(("host", "floor-region", {}))
+            times *= REGION_ROUNDS
+        for _ in range(times):  # interleaved: drift hits every runtime alike
+            for impl, workload, extra in runs:
                 env = dict(base_env, **extra)
-                collect(samples, run_json([exe, impl, w, str(t), str(reps)], env=env))
+                collect(samples, run_json([exe, impl, workload, str(t), str(reps)], env=env))
         if i % 10 == 0:  # the host's state: a cache line's round trip, a context switch
             if os.path.exists(ping):
                 collect(samples, run_json([ping, "auto", "pingpong", "2", str(reps)]))
@@ -96,8 +106,6 @@ def omp_plan(quick):
         plan += [("graph", t)] + [(w, t) for w in TASKS]
         if t >= 2:
             plan.append(("idle", t))
-        if t > (os.cpu_count() or 1):  # a region by hand: the floor of the sync rows
-            plan.append(("floor-region", t))
     # nested regions: 2 outer threads of t inner ones each
     plan += [("nested", t) for t in (2, 4)]
     return plan
@@ -119,7 +127,7 @@ def bench_omp_against(build, other_lib, label, quick, rounds, run_json):
     for var in ("LD_PRELOAD", "OMP_NUM_THREADS", "LOCKSTEP_OMP_STATS"):
         base_env.pop(var, None)
     # nesting and task reductions did not run before (one thread; refused by name)
-    plan = [p for p in omp_plan(quick) if p[0] not in ("nested", "task-reduction", "floor-region")]
+    plan = [p for p in omp_plan(quick) if p[0] not in ("nested", "task-reduction")]
     samples = {name: {} for name, _ in libs}
     trips = []
     for rnd in range(rounds):

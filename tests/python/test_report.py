@@ -239,6 +239,25 @@ def test_the_oversubscribed_graph_floor_counts_a_nodes_work(monkeypatch):
                for x in lockstep_bench_omp.omp_targets(rows))
 
 
+def test_the_region_floor_runs_in_the_rounds_of_the_rows_it_judges(monkeypatch, tmp_path):
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import lockstep_bench_omp as bo
+    monkeypatch.setattr(bo.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bo, "libomp_path", lambda: None)
+    (tmp_path / "bench" / "omp").mkdir(parents=True)
+    (tmp_path / "bench" / "omp" / "bench_omp").write_text("")
+    calls = []
+    bo.bench_omp(str(tmp_path), True, lambda cmd, env=None: calls.append(cmd[1:4]) or [], lambda s, x: None)
+    assert ["host", "floor-region", "2"] not in calls  # 2 threads on 2 CPUs: no floor
+    for w in bo.REGION_ROWS:  # quick: 1 round, so REGION_ROUNDS turns, the floor in each
+        i = calls.index(["lockstep", w, "4"])
+        row = calls[i:i + 3 * bo.REGION_ROUNDS]
+        assert row == [["lockstep", w, "4"], ["gomp", w, "4"], ["host", "floor-region", "4"]] * bo.REGION_ROUNDS
+    assert calls.count(["host", "floor-region", "4"]) == len(bo.REGION_ROWS) * bo.REGION_ROUNDS
+    assert calls.count(["lockstep", "sync-barrier", "4"]) == 1  # other rows: their usual rounds
+
+
 def test_atomic_is_reported_not_judged_at_any_thread_count(monkeypatch):
     import sys
     sys.path.insert(0, os.path.join(ROOT, "tools"))

@@ -50,7 +50,7 @@
  *                                                                             64 KiB+ oversub.
  *
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
- * rank 1, measured at create and every 1024 calls (lockstep_comm_distance): far apart,
+ * a peer, measured at create and every 1024 calls (lockstep_comm_distance): far apart,
  * every line the slots move costs a far transfer twice, and the kernel's one copy wins.
  * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs. The oversubscribed
  * windows hold there whatever the distance, but for the allreduce's, which holds far
@@ -319,13 +319,15 @@ int lockstep_comm_broadcast(lockstep_comm_t *comm, void *buf, size_t bytes, int 
 int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv, size_t bytes,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 
-/* The ranks' distance as last judged: rank 0 and rank 1 bounce a cache line at create
- * and every 1024 calls (after the call's announcement), and every rank's routes follow
- * rank 0's judgement from its next call on. *round_trip_ns (if not NULL) gets the
- * round trip judged from, 0 while none was measured (one rank, rank 1 did not answer,
- * or, where ranks outnumber the CPUs, rank 0 and rank 1 shared one). Rank 0's
- * params.distance or LOCKSTEP_COMM_DISTANCE (close or far) overrides the judgement;
- * the round trip is still measured.
+/* The ranks' distance as last judged: rank 0 and a partner bounce a cache line at
+ * create and every 1024 calls (after the call's announcement), and every rank's routes
+ * follow rank 0's judgement from its next call on. The partner is rank 1, or where
+ * ranks outnumber the CPUs the first rank that was on another CPU than rank 0 at that
+ * point (a partner sharing rank 0's CPU would time process switches). *round_trip_ns
+ * (if not NULL) gets the round trip judged from, 0 while none was measured (one rank,
+ * the partner did not answer, or, where ranks outnumber the CPUs, it had moved to rank
+ * 0's CPU). Rank 0's params.distance or LOCKSTEP_COMM_DISTANCE (close or far)
+ * overrides the judgement; the round trip is still measured.
  * Returns a lockstep_distance_t, or -EINVAL for NULL. Concurrency: any call. */
 int lockstep_comm_distance(const lockstep_comm_t *comm, uint32_t *round_trip_ns);
 

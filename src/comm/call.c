@@ -36,7 +36,7 @@ static int all_missing_elsewhere(lockstep_comm_t *c, struct ls_peer_words pw, ui
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank || ls_reached(ls_load_acquire(&peer_word(c, r, pw)->value), t))
             continue;
-        int where = ls_load_relaxed((int32_t *)(void *)((char *)ls_ctl(c, r) + pw.where));
+        int where = ls_cpu_hint(c, r, pw.where);
         if (where < 0 || where == cpu)
             return 0;
     }
@@ -128,9 +128,11 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
         return rc;
     if ((rc = ls_comm_verify(c)) != 0)
         return rc;
-    /* every rank counts calls alike, so rank 0 and rank 1 probe in the same call */
-    if (LS_UNLIKELY(!(s & (LS_PROBE_CALLS - 1))) && c->rank <= 1)
-        ls_distance_probe(c, lockstep_now_ns() + LS_PROBE_GIVE_UP_NS);
+    /* every rank counts calls alike and reads the same hints, so rank 0 and its
+     * partner probe in the same call */
+    if (LS_UNLIKELY(!(s & (LS_PROBE_CALLS - 1))))
+        ls_distance_probe(c, ls_distance_partner(c, now + offsetof(ls_announce_t, where)),
+                          lockstep_now_ns() + LS_PROBE_GIVE_UP_NS);
     return 0;
 }
 

@@ -273,11 +273,22 @@ struct ls_zc_offsets ls_zc_announced(const lockstep_comm_t *c, int r);
  * every rank; all of them: the call runs zero-copy) */
 int ls_zc_count(const lockstep_comm_t *c);
 
+/* The CPU rank r published at byte offset `where` of its ls_ctl_t (-1: unknown) */
+static inline int ls_cpu_hint(const lockstep_comm_t *c, int r, size_t where)
+{
+    return ls_load_relaxed((const int32_t *)(const void *)((const char *)ls_ctl(c, r) + where));
+}
+
 /* The ranks' distance (distance.c): a cache line's round trip between rank 0 and
- * rank 1, judged against LS_FAR_NS into state.far. At create (every rank calls it,
- * give_up_ns the create's deadline) and in every LS_PROBE_CALLS-th call, after its
- * announcement; ranks other than 0 and 1 return at once. */
-void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at);
+ * partner (every rank passes the same: ls_distance_partner), judged against LS_FAR_NS
+ * into state.far. At create (every rank calls it, give_up_ns the create's deadline)
+ * and in every LS_PROBE_CALLS-th call, after its announcement; ranks other than 0 and
+ * the partner return at once. */
+void ls_distance_probe(lockstep_comm_t *c, int partner, uint64_t give_up_at);
+/* The partner, from the CPUs every rank published at byte offset `where` of its
+ * ls_ctl_t (own.cpu at create, this call's ann.where in a call): read alike by every
+ * rank, all published before the wait that shows them. */
+int ls_distance_partner(const lockstep_comm_t *c, size_t where);
 
 /* An allreduce or reduce-scatter by kernel copy, after every rank posted its send:
  * n elements from byte `at` of every peer's send and from mine, reduced in rank order

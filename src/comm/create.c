@@ -257,8 +257,9 @@ static void settle(lockstep_comm_t *c, const lockstep_comm_params_t *p, uint64_t
     c->prefetch_max = pf > 0 ? (size_t)pf : LS_PREFETCH_MAX;
     ls_kcopy_init(c, mode != LOCKSTEP_KERNEL_COPY_OFF);
     ls_comm_topology(c);
-    uint64_t probe_until = lockstep_now_ns() + LS_PROBE_CREATE_NS; /* rank 1 may be waking */
-    ls_distance_probe(c, deadline && deadline < probe_until ? deadline : probe_until);
+    uint64_t probe_until = lockstep_now_ns() + LS_PROBE_CREATE_NS; /* the partner may be waking */
+    ls_distance_probe(c, ls_distance_partner(c, offsetof(ls_ctl_t, own.cpu)),
+                      deadline && deadline < probe_until ? deadline : probe_until);
 }
 
 lockstep_comm_t *lockstep_comm_create(const lockstep_comm_params_t *p)

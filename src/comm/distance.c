@@ -1,14 +1,15 @@
-/* How far apart the ranks sit: the time a cache line takes to go from rank 0 to rank 1
- * and back. It is what decides between the routes that move a block once, through the
- * kernel, and the slots, which move every line between the CPUs twice (tuning.h): on
- * one die that costs little, across sockets, core complexes, or vCPUs a host has
- * placed apart, several times more. It is a probe of the machine's state, not a race
- * between two routes: it measures no route, and every rank reads one judgement.
+/* How far apart the ranks sit: the time a cache line takes to go from rank 0 to its
+ * partner and back (rank 1, or where ranks outnumber the CPUs one on another CPU:
+ * ls_distance_partner). It is what decides between the routes that move a block once,
+ * through the kernel, and the slots, which move every line between the CPUs twice
+ * (tuning.h): on one die that costs little, across sockets, core complexes, or vCPUs a
+ * host has placed apart, several times more. It is a probe of the machine's state, not
+ * a race between two routes: it measures no route, and every rank reads one judgement.
  *
- * Rank 0 and rank 1 bounce state.ping: rank 0 stores an odd value, rank 1 answers with
- * the next even one. Each probe has its own range of values (from its number), so a
- * late answer to a probe given up never counts in the next one. Rank 0 judges from
- * the fastest group of LS_PROBE_GROUP round trips and stores state.far and
+ * Rank 0 and the partner bounce state.ping: rank 0 stores an odd value, the partner
+ * answers with the next even one. Each probe has its own range of values (from its
+ * number), so a late answer to a probe given up never counts in the next one. Rank 0
+ * judges from the fastest group of LS_PROBE_GROUP round trips and stores state.far and
  * state.round_trip_ns; every rank reads state.far when it chooses a route (ls_far).
  * Rank 0's params.distance, and over it LOCKSTEP_COMM_DISTANCE (close or far, in rank
  * 0's environment), override the judgement; the round trip is still measured. */
@@ -73,12 +74,12 @@ static void judge(lockstep_comm_t *c, uint64_t best)
         ls_store_relaxed(&c->state->far, (uint32_t)(forced >= 0 ? forced : best >= LS_FAR_NS));
 }
 
-/* Rank 0's side of one probe from value v: the fastest group's mean, 0 if rank 1 did
- * not answer in time or, where ranks outnumber the CPUs (share), if every group timed
- * a process switch (rank 1 ran on this CPU) rather than a cache line */
+/* Rank 0's side of one probe from value v: the fastest group's mean, 0 if the partner
+ * did not answer in time or, where ranks outnumber the CPUs (share), if every group
+ * timed a process switch (the partner ran on this CPU) rather than a cache line */
 static uint64_t lead(uint32_t *w, uint32_t v, uint64_t give_up_at, int share, uint32_t spin)
 {
-    ls_store_release(w, v + 1); /* the sync round: rank 1 is here */
+    ls_store_release(w, v + 1); /* the sync round: the partner is here */
     if (!await_ping(w, v + 2, give_up_at, spin))
         return 0;
     uint64_t best = UINT64_MAX;
@@ -91,9 +92,24 @@ static uint64_t lead(uint32_t *w, uint32_t v, uint64_t give_up_at, int share, ui
     return share && best >= LS_PROBE_SWITCH_NS ? 0 : best;
 }
 
-void ls_distance_probe(lockstep_comm_t *c, uint64_t give_up_at)
+/* Where ranks outnumber the CPUs, the first rank on another CPU than rank 0's: a
+ * partner on rank 0's own CPU times process switches and its probes are dropped (with
+ * rank 1 there, the judgement never moved from its start). Rank 1 otherwise, or where
+ * no hint names one. */
+int ls_distance_partner(const lockstep_comm_t *c, size_t where)
 {
-    if (c->rank > 1 || c->size < 2)
+    int zero = ls_fits(c) ? -1 : ls_cpu_hint(c, 0, where);
+    for (int r = 1; zero >= 0 && r < c->size; r++) {
+        int cpu = ls_cpu_hint(c, r, where);
+        if (cpu >= 0 && cpu != zero)
+            return r;
+    }
+    return 1;
+}
+
+void ls_distance_probe(lockstep_comm_t *c, int partner, uint64_t give_up_at)
+{
+    if ((c->rank != 0 && c->rank != partner) || c->size < 2)
         return;
     int share = !ls_fits(c);
     uint32_t spin = share ? ls_wait_pauses_for(LS_PROBE_SWITCH_NS) : UINT32_MAX;

@@ -146,7 +146,7 @@ struct ls_kcopy_window {
 
 /* ---- the ranks' distance (distance.c) -------------------------------------------- */
 
-/* Ranks whose cache line round trip (rank 0 to rank 1 and back) takes this long or
+/* Ranks whose cache line round trip (rank 0 to its partner and back) takes this long or
  * more sit far apart: CPUs sharing a cache answer in well under it, CPUs on other
  * sockets, core complexes or far-placed vCPUs in twice it or more */
 #define LS_FAR_NS 120u
@@ -156,17 +156,18 @@ struct ls_kcopy_window {
 #define LS_PROBE_ROUNDS 16u
 #define LS_PROBE_GROUP 4u
 
-/* Where ranks outnumber the CPUs, rank 0 and rank 1 may share one: a round trip then
- * waits for process switches (a microsecond or more each way), not a cache line (under
- * half a microsecond however far apart), and a best group this slow judges nothing */
+/* Where ranks outnumber the CPUs, rank 0 and its partner may share one (the partner's
+ * CPU hint is from before the probe): a round trip then waits for process switches (a
+ * microsecond or more each way), not a cache line (under half a microsecond however
+ * far apart), and a best group this slow judges nothing */
 #define LS_PROBE_SWITCH_NS 1000u
 
 /* The ranks probe again every LS_PROBE_CALLS calls (a power of 2): at a call's worst
  * cost (16 far round trips, 8 us) a thousandth of a 1-KiB allreduce's time, and often
  * enough that a job's route follows the host within a second of large calls. A probe
- * whose partner does not answer within LS_PROBE_GIVE_UP_NS
- * is dropped and the last judgement stands; at create, where rank 1 may still be
- * waking from the rendezvous, it waits up to LS_PROBE_CREATE_NS. */
+ * whose partner does not answer within LS_PROBE_GIVE_UP_NS is dropped and the last
+ * judgement stands; at create, where the partner may still be waking from the
+ * rendezvous, it waits up to LS_PROBE_CREATE_NS. */
 #define LS_PROBE_CALLS 1024u
 #define LS_PROBE_GIVE_UP_NS (200ull * 1000)
 #define LS_PROBE_CREATE_NS (100ull * 1000 * 1000)

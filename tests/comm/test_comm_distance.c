@@ -5,6 +5,8 @@
 #include "comm_harness.h"
 #include "failure_helpers.h"
 
+#include <sched.h>
+
 #define COUNT (64 * 1024 / 4) /* f32: 64 KiB, a block inside every far window */
 #define AR_COUNT (512 * 1024 / 4) /* the allreduce's f32: 512 KiB, inside its far window,
                                      past its close one */
@@ -259,6 +261,58 @@ static int over_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* Four ranks on two CPUs, rank 0 sharing its CPU with rank 1: the probes in the calls
+ * time rank 0 against a rank on the other CPU (rank 2), so a round trip is measured
+ * that timed no process switch. With rank 1 as the partner every probe timed a switch
+ * and was dropped, and the judgement stayed where create left it. */
+static int pair_cpu[2];
+
+static int paired_body(int rank, int size, const char *job)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(pair_cpu[rank / 2], &one);
+    CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    lockstep_comm_params_t p = harness_params(rank, size, job);
+    p.cpu_sharers = 2 * lockstep_cpus_available() + size;
+    lockstep_comm_t *c = lockstep_comm_create(&p);
+    CHECK(c != NULL);
+    uint32_t rt = 0;
+    for (int k = 0; k < PROBES; k++) {
+        for (unsigned i = 0; i < 1024u; i++) {
+            int32_t x = rank + 1;
+            CHECK_EQ(lockstep_comm_allreduce(c, &x, &x, 1, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_SUM), 0);
+            CHECK_EQ(x, size * (size + 1) / 2);
+        }
+        lockstep_comm_distance(c, &rt);
+        int32_t measured = rank == 0 && rt > 0; /* rank 0 says, so every rank stops alike */
+        CHECK_EQ(lockstep_comm_allreduce(c, &measured, &measured, 1, LOCKSTEP_DTYPE_I32, LOCKSTEP_OP_MAX), 0);
+        if (measured)
+            break;
+    }
+    harness_page()->value[rank][0] = rt;
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    lockstep_comm_free(c);
+    return 0;
+}
+
+static void test_probe_partner(void)
+{
+    cpu_set_t set;
+    CHECK_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    int n = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && n < 2; cpu++)
+        if (CPU_ISSET(cpu, &set))
+            pair_cpu[n++] = cpu;
+    if (n < 2) {
+        fprintf(stderr, "one CPU: no pair to place apart\n");
+        return;
+    }
+    harness_run_clean(paired_body, 4, "partner", 120, 0);
+    CHECK(harness_page()->value[0][0] > 0);
+    CHECK(harness_page()->value[0][0] < 1000);
+}
+
 static void test_oversubscribed(void)
 {
     can_kcopy = siblings_can_read();
@@ -274,6 +328,7 @@ static void test_oversubscribed(void)
     harness_run_clean(over_body, 2, "over-close", 120, 0);
     over_distance = NULL;
     CHECK_EQ(unsetenv("LOCKSTEP_COMM_DISTANCE"), 0);
+    test_probe_partner();
 }
 
 /* zero_copy_min_bytes decides whether an allreduce in the buffers goes zero-copy;

@@ -27,7 +27,8 @@ struct ls_omp_worker {
     int tid;
     int place;                    /* the place it is bound to, -1: none */
     int start_cpu;                /* unbound: the CPU it began on (-1: anywhere) ... */
-    cpu_set_t creator;            /* ... and the CPUs it then takes back */
+    bool keeps_cpu;               /* ... kept there (ls_keeps_cpu), or ... */
+    cpu_set_t creator;            /* ... the CPUs it then takes back */
     struct ls_omp_pool *pool;
     /* its implicit task in the team: here, not in the thread's TLS, so that the line
      * the tasks it creates write as they finish neighbours nothing the thread writes */
@@ -45,6 +46,8 @@ struct ls_omp_pool {
     bool busy;                      /* its team runs a region now */
     struct ls_omp_pool *next;       /* the same thread's next pool */
     lockstep_wait_t idle_wait;
+    struct ls_cpus *cpus;           /* the master's CPUs when the pool last grew */
+    int arranged_cpu;               /* the master's CPU the kept workers sit after; -1 */
     /* read by the workers after every join: away from what the master writes then */
     _Alignas(LOCKSTEP_CACHELINE) int exiting;
 };
@@ -117,7 +120,7 @@ static void *worker_main(void *arg)
     struct ls_omp_thread *t = ls_omp_thr();
     t->place = w->place;
     t->keeps_spares = true;
-    if (w->start_cpu >= 0)
+    if (w->start_cpu >= 0 && !w->keeps_cpu)
         ls_unpin(&w->creator);
     for (;;) {
         w->idle_seen++;
@@ -177,6 +180,7 @@ static void pool_free(struct ls_omp_pool *pool)
         free(pool->workers[i]);
     }
     free(pool->workers);
+    free(pool->cpus);
     free(team->slots);
     for (unsigned i = 0; i < LS_OMP_WS_RING; i++) {
         free(team->ring[i].mem);
@@ -230,6 +234,7 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
     pool->team.n_slots = 1;
     pool->team.pool = pool;
     pool->cur_n = 1;
+    pool->arranged_cpu = -1;
     pool->fork_gen = ls_fork_gen();
     ls_omp_init_wait(&pool->team.wait);
     lockstep_wait_init(&pool->idle_wait, ls_omp_g.wait_policy, 2, 0);
@@ -245,7 +250,8 @@ static struct ls_omp_pool *pool_get(struct ls_omp_thread *t)
 
 /* Start worker w through the worker core: bound to its place under OMP_PROC_BIND
  * (env.c makes a place per core when OMP_PLACES is unset), else begun on a CPU of its
- * own after the creator's (cpus). 0 or -errno. */
+ * own after the creator's (cpus), and kept there in a team larger than the CPUs. 0 or
+ * -errno. */
 static int start_worker(struct ls_omp_worker *w, int want, const struct ls_cpus *cpus)
 {
     cpu_set_t set;
@@ -259,6 +265,7 @@ static int start_worker(struct ls_omp_worker *w, int want, const struct ls_cpus 
     } else {
         w->creator = cpus->set;
         s.start_cpu = w->start_cpu = ls_start_cpu(cpus, w->tid);
+        w->keeps_cpu = ls_keeps_cpu(cpus, want);
     }
     return ls_spawn(&w->thread, &s);
 }
@@ -301,8 +308,31 @@ static int pool_grow(struct ls_omp_pool *pool, int want)
         ls_store_release(&pool->team.n_slots, (uint32_t)tid + 1u); /* slots[tid] is set */
         LS_OMP_COUNT(workers, 1);
     }
-    free(cpus);
+    free(pool->cpus);
+    pool->cpus = cpus;
     return pool->n_workers + 1;
+}
+
+/* Where the team outnumbers the CPUs (or did: its workers are kept), the unbound
+ * workers sit one per CPU in turn after the master's CPU, as they began; when the
+ * master has moved, they are arranged after its new CPU, so that its CPU holds no
+ * more of the team than the others. The first such team arranges every worker,
+ * those begun for smaller teams and given back the creator's CPUs too. */
+static void arrange(struct ls_omp_pool *pool, int n)
+{
+    const struct ls_cpus *c = pool->cpus;
+    if (!c || (pool->arranged_cpu < 0 && !ls_keeps_cpu(c, n)))
+        return;
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == pool->arranged_cpu)
+        return;
+    for (int i = 1; i <= pool->n_workers; i++) {
+        struct ls_omp_worker *w = pool->workers[i];
+        int to = ls_cpu_after(c, cpu, i);
+        if (w->place < 0 && to >= 0)
+            ls_pin(w->thread, to); /* refused: it stays where it is */
+    }
+    pool->arranged_cpu = cpu;
 }
 
 /* ---- fork and join ------------------------------------------------------------------ */
@@ -425,6 +455,7 @@ void ls_omp_fork(void (*fn)(void *), void *data, unsigned num_threads, unsigned 
         ls_store_relaxed(&team->ws_inited, base + 1u);
     }
     if (pool) {
+        arrange(pool, n);
         int old = pool->cur_n;
         if (old > 1) {
             /* the join's episode: the master's arrival completes it (below) */

@@ -5,11 +5,30 @@
 #include "../internal.h"
 #include "workers.h"
 
-int ls_start_cpu(const struct ls_cpus *c, int i)
+int ls_cpu_after(const struct ls_cpus *c, int cpu, int i)
 {
     if (c->n < 2 || ls_env_set("LOCKSTEP_NO_SPREAD"))
         return -1;
-    return c->list[(c->here + i) % c->n];
+    int at = 0;
+    for (int k = 0; k < c->n; k++)
+        if (c->list[k] == cpu)
+            at = k;
+    return c->list[(at + i) % c->n];
+}
+
+int ls_start_cpu(const struct ls_cpus *c, int i)
+{
+    return c->n ? ls_cpu_after(c, c->list[c->here], i) : -1;
+}
+
+int ls_pin(pthread_t thread, int cpu)
+{
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+        return -EINVAL;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return -pthread_setaffinity_np(thread, sizeof one, &one);
 }
 
 static int create(pthread_t *thread, const struct ls_spawn *s, const cpu_set_t *cpus)

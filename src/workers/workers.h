@@ -3,7 +3,7 @@
  *
  *   cpus.c   which CPUs a thread may use (affinity, then the cgroup's quota)
  *   spawn.c  starting a worker: bound for life, or begun on a CPU of its own and then
- *            given back its creator's CPUs
+ *            given back its creator's CPUs or, past one thread per CPU, kept there
  *   budget.c the process's count of running threads, which every spinning wait checks
  *   ../common/fork.c  which process an object was made in (fork(2))
  *
@@ -38,6 +38,23 @@ void ls_cpus_read(struct ls_cpus *c);
  * creator's CPU and stayed there while another CPU idled, and every spinning wait then
  * took hundreds of times its usual time until the scheduler moved it. */
 int ls_start_cpu(const struct ls_cpus *c, int i);
+
+/* The same turn after CPU `cpu` (the one the creator runs on now), or -1 as above */
+int ls_cpu_after(const struct ls_cpus *c, int cpu, int i);
+
+/* Whether the unbound workers of a team of `threads` (its creator among them) keep one
+ * CPU each instead of taking back the creator's CPUs: when they outnumber the CPUs.
+ * Set free, the scheduler often left the creator's CPU a thread more than the others
+ * for seconds (3 against 1 at 4 threads on 2 CPUs), and every episode waited for that
+ * CPU's extra hand-off. The team keeps them after its creator's CPU (ls_cpu_after),
+ * and arranges them again when the creator has moved. */
+static inline bool ls_keeps_cpu(const struct ls_cpus *c, int threads)
+{
+    return threads > c->n;
+}
+
+/* Keep a thread on one CPU: 0 or -errno */
+int ls_pin(pthread_t thread, int cpu);
 
 struct ls_spawn {
     void *(*fn)(void *);

@@ -13,6 +13,9 @@
 #   bind         PROG (corpus/bind.c) under OMP_PROC_BIND=true/close/spread without
 #                OMP_PLACES, as many threads as CPUs: the team covers every CPU, and
 #                the places and CPUs are libgomp's
+#   arrange      PROG (corpus/arrange.c) under LIB alone: the workers of a team larger
+#                than the CPUs each kept on one CPU after the master's, arranged again
+#                when it moves; with LOCKSTEP_NO_SPREAD=1 left on every CPU
 #   threads      threads that cannot be created: a smaller team and a warning
 #   abi          LIB exports every function libgomp.so.1 exports, with its version, and
 #                those libgomp 13 and 14 add
@@ -113,6 +116,15 @@ bind)
     fi
   done
   echo "ok: bound teams cover the $cpus CPUs" ;;
+arrange)
+  for run in kept free; do
+    if [ $run = kept ]; then under_lockstep 1 "$prog"; else LOCKSTEP_NO_SPREAD=1 under_lockstep 1 "$prog" free; fi
+    rc=$?
+    [ $rc -eq 77 ] && { echo "one CPU: nothing to arrange" >&2; exit 77; }
+    [ $rc -eq 0 ] || fail "$run: exit $rc: $(cat "$tmp/err")"
+    grep -q '^ok cpus=' "$tmp/out" || fail "$run: output '$(cat "$tmp/out")'"
+  done
+  echo "ok: workers arranged after the master's CPU, $(cut -d' ' -f2 "$tmp/out")" ;;
 threads)
   # a 256 MiB stack per thread in a 1 GiB address space: some workers cannot start
   (ulimit -v 1048576 && OMP_STACKSIZE=256M under_lockstep 16 "$prog") ||

@@ -38,8 +38,8 @@
  *                   (8 KiB over.)                          blocks             128 KiB | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160
  *                   scatter                                blocks             KiB, 4 MiB+ |
- *                                                                             16 KiB+; 32 KiB+
- *                                                                             oversub.
+ *                                                                             16 KiB+; oversub.
+ *                                                                             512 KiB+ | 32 KiB+
  *   broadcast       <= small_bytes   pipelined 64 KiB      PUSH, receivers'   2 ranks, half
  *                                    pieces                bufs in buffers;   each: 64-512 KiB,
  *                                                          PULL, the root's   16 MiB+ | 16 KiB+
@@ -54,7 +54,8 @@
  * every line the slots move costs a far transfer twice, and the kernel's one copy wins.
  * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs. The oversubscribed
  * windows hold there whatever the distance, but for the allreduce's, which holds far
- * apart only, and for 4-byte and wider elements (f16/bf16 keep the slots). Tiny
+ * apart only, and for 4-byte and wider elements (f16/bf16 keep the slots), and the
+ * all-to-all's, which starts at 512 KiB close and 32 KiB far apart. Tiny
  * payloads (up to 100 bytes) ride inside the announcement itself.
  * LOCKSTEP_KERNEL_COPY_WIDE lifts the close windows' upper limits (allreduce from
  * 64 KiB, f16/bf16 512 KiB; reduce-scatter 64 KiB), for machines whose kernel copies

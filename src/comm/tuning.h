@@ -114,11 +114,13 @@ struct ls_kcopy_window {
      LS_KCOPY_ANY}
 /* all-to-all, per block: the writer's copy is cheap (its source is in its cache);
  * close, blocks of 32-160 KiB and again from 4 MiB (2 ranks: 4-16 MiB 0.64-0.86x the
- * slots; 1-2 MiB 1.12-1.29x, where the slots' chunked steps overlap); with ranks
- * outnumbering CPUs the slots' steps wait for ranks to be scheduled; far apart from
- * 16 KiB (2 ranks: 3.5 us against the slots' 4.6; at 8 KiB alike) */
+ * slots; 1-2 MiB 1.12-1.29x, where the slots' chunked steps overlap); far apart from
+ * 16 KiB (2 ranks: 3.5 us against the slots' 4.6; at 8 KiB alike). With ranks
+ * outnumbering CPUs the slots' steps wait for ranks to be scheduled: far apart from
+ * 32 KiB (4 ranks on 2 CPUs, 64 KiB: 76 us against the slots' 165), close from 512 KiB
+ * (64 KiB: 36-43 us against 56-68, 256 KiB 130-172 against 157-205; 1 MiB 1.2-1.5x) */
 #define LS_KCOPY_ALLTOALL \
-    {32 * LS_KIB, 160 * LS_KIB, 4096 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 32 * LS_KIB, 32 * LS_KIB, \
+    {32 * LS_KIB, 160 * LS_KIB, 4096 * LS_KIB, 8 * LS_KIB, 16 * LS_KIB, 512 * LS_KIB, 32 * LS_KIB, \
      LS_KCOPY_ANY}
 /* allgather PUSH, per block: as the all-to-all's writes */
 #define LS_KCOPY_ALLGATHER_PUSH \

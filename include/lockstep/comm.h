@@ -50,8 +50,9 @@
  *                                                                             64 KiB+ oversub.
  *
  * "Close" and "far": the ranks' distance, a cache line's round trip between rank 0 and
- * a peer, measured at create and every 1024 calls (lockstep_comm_distance): far apart,
- * every line the slots move costs a far transfer twice, and the kernel's one copy wins.
+ * a peer, measured at create, every 1024 calls, and in large calls 50 ms after the
+ * last measurement (lockstep_comm_distance): far apart, every line the slots move
+ * costs a far transfer twice, and the kernel's one copy wins.
  * "Oversubscribed": more ranks (or params.cpu_sharers) than CPUs. The oversubscribed
  * windows hold there whatever the distance, but for the allreduce's, which holds far
  * apart only, and for 4-byte and wider elements (f16/bf16 keep the slots), and the
@@ -321,7 +322,8 @@ int lockstep_comm_allgather(lockstep_comm_t *comm, const void *send, void *recv,
                             lockstep_order_t order, lockstep_xfer_t xfer);
 
 /* The ranks' distance as last judged: rank 0 and a partner bounce a cache line at
- * create and every 1024 calls (after the call's announcement), and every rank's routes
+ * create, every 1024 calls, and in a call whose size may move by kernel copy 50 ms or
+ * more after the last probe (after the call's announcement), and every rank's routes
  * follow rank 0's judgement from its next call on. The partner is rank 1, or where
  * ranks outnumber the CPUs the first rank that was on another CPU than rank 0 at that
  * point (a partner sharing rank 0's CPU would time process switches). *round_trip_ns

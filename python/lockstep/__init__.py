@@ -281,9 +281,10 @@ class Comm:
     def distance(self) -> Tuple[str, int]:
         """How far apart the ranks sit, as ("close" or "far", round trip in ns): a cache
         line's round trip between rank 0 and rank 1 (where ranks outnumber the CPUs,
-        the first rank on another CPU than rank 0), measured at creation and every
-        1024 calls; far apart, large calls move by kernel copy. The round trip is 0
-        until measured (one rank, or no partner answered from another CPU).
+        the first rank on another CPU than rank 0), measured at creation, every 1024
+        calls, and in large calls 50 ms after the last measurement; far apart, large
+        calls move by kernel copy. The round trip is 0 until measured (one rank, or no
+        partner answered from another CPU).
         LOCKSTEP_COMM_DISTANCE=close or far in rank 0's environment overrides it."""
         return self._c.distance
 

@@ -128,9 +128,8 @@ int ls_comm_announce(lockstep_comm_t *c, enum ls_call call, lockstep_op_t op, lo
         return rc;
     if ((rc = ls_comm_verify(c)) != 0)
         return rc;
-    /* every rank counts calls alike and reads the same hints, so rank 0 and its
-     * partner probe in the same call */
-    if (LS_UNLIKELY(!(s & (LS_PROBE_CALLS - 1))))
+    /* every rank reads the same hints, so rank 0 and its partner probe together */
+    if (LS_UNLIKELY(ls_distance_due(c, s)))
         ls_distance_probe(c, ls_distance_partner(c, now + offsetof(ls_announce_t, where)),
                           lockstep_now_ns() + LS_PROBE_GIVE_UP_NS);
     return 0;

@@ -42,6 +42,8 @@ struct lockstep_comm {
     uint8_t tag; /* lockstep_comm_tag's, for the calls from here on */
     struct ls_zc_offsets zc;
     int kcopy_posted;
+    uint32_t posted_call; /* my last call that posted for a kernel copy: one whose route
+                             follows the ranks' distance */
 
     /* the segment and the process around it (create.c, liveness.c) */
     size_t total;
@@ -63,6 +65,7 @@ struct lockstep_comm {
     int kcopy_wide;   /* params.kernel_copy: LOCKSTEP_KERNEL_COPY_WIDE */
     int route;        /* the route my last call took (lockstep_comm_route_t) */
     int distance;     /* params.distance (rank 0's judges: distance.c) */
+    uint64_t probed_ns; /* rank 0: when it last probed the distance */
     size_t zc_min;       /* params.zero_copy_min_bytes, or LS_ZERO_COPY_MIN */
     size_t prefetch_max; /* params.prefetch_max_bytes, or LS_PREFETCH_MAX */
 
@@ -282,9 +285,12 @@ static inline int ls_cpu_hint(const lockstep_comm_t *c, int r, size_t where)
 /* The ranks' distance (distance.c): a cache line's round trip between rank 0 and
  * partner (every rank passes the same: ls_distance_partner), judged against LS_FAR_NS
  * into state.far. At create (every rank calls it, give_up_ns the create's deadline)
- * and in every LS_PROBE_CALLS-th call, after its announcement; ranks other than 0 and
- * the partner return at once. */
+ * and in the calls ls_distance_due names, after their announcement; ranks other than 0
+ * and the partner return at once. */
 void ls_distance_probe(lockstep_comm_t *c, int partner, uint64_t give_up_at);
+/* Whether call s, whose announcements every rank has seen, probes: the same answer on
+ * every rank. */
+int ls_distance_due(lockstep_comm_t *c, uint32_t s);
 /* The partner, from the CPUs every rank published at byte offset `where` of its
  * ls_ctl_t (own.cpu at create, this call's ann.where in a call): read alike by every
  * rank, all published before the wait that shows them. */

@@ -107,17 +107,33 @@ int ls_distance_partner(const lockstep_comm_t *c, size_t where)
     return 1;
 }
 
+/* Every LS_PROBE_CALLS-th call, and the call rank 0 named in state.probe_call: in a
+ * call whose route follows the distance (it posted for a kernel copy) LS_PROBE_INTERVAL_NS
+ * after its last probe, rank 0 names the next one. Its store precedes its announcement
+ * of that call, which every rank has acquired when it asks; it stores again only after
+ * every rank has announced the call after. */
+int ls_distance_due(lockstep_comm_t *c, uint32_t s)
+{
+    if (!(s & (LS_PROBE_CALLS - 1)) || ls_load_relaxed(&c->state->probe_call) == s)
+        return 1;
+    if (c->rank == 0 && c->posted_call == s && lockstep_now_ns() - c->probed_ns >= LS_PROBE_INTERVAL_NS)
+        ls_store_relaxed(&c->state->probe_call, s + 1);
+    return 0;
+}
+
 void ls_distance_probe(lockstep_comm_t *c, int partner, uint64_t give_up_at)
 {
     if ((c->rank != 0 && c->rank != partner) || c->size < 2)
         return;
+    if (c->rank == 0)
+        c->probed_ns = lockstep_now_ns();
     int share = !ls_fits(c);
     uint32_t spin = share ? ls_wait_pauses_for(LS_PROBE_SWITCH_NS) : UINT32_MAX;
     _Static_assert(LS_PROBE_ROUNDS % LS_PROBE_GROUP == 0, "whole groups");
     uint32_t *w = &c->state->ping;
     /* this probe's values: one sync round, then the groups (the same on both ranks:
-     * c->seq is) */
-    uint32_t v = (c->seq / LS_PROBE_CALLS) * (2 * LS_PROBE_ROUNDS + 2);
+     * c->seq is; wrapping, a range comes back after 2^32 / 34 calls) */
+    uint32_t v = c->seq * (2 * LS_PROBE_ROUNDS + 2);
     if (c->rank == 0) {
         judge(c, lead(w, v, give_up_at, share, spin));
         return;

@@ -55,6 +55,7 @@ void ls_kcopy_post(lockstep_comm_t *c, const void *src, void *dst)
 {
     struct ls_kcopy_posted p = {(uint64_t)(uintptr_t)src, (uint64_t)(uintptr_t)dst, (uint32_t)(src && c->kcopy), 0};
     c->kcopy_posted = (int)p.ok;
+    c->posted_call = c->seq + 1;
     memcpy(ls_ctl(c, c->rank)->ann[(c->seq + 1) & 1].data + sizeof(struct ls_zc_offsets), &p, sizeof p);
 }
 

@@ -74,7 +74,8 @@ typedef struct ls_seg_state {
     uint32_t failed;            /* first failure (positive code), 0 while healthy */
     uint32_t far;               /* the ranks sit far apart, as rank 0 last judged (distance.c) */
     uint32_t round_trip_ns;     /* the round trip it judged from, 0 until measured */
-    char pad[LS_HW_LINE - sizeof(lockstep_waitword_t) - 3 * sizeof(uint32_t)];
+    uint32_t probe_call;        /* a call rank 0 named for the next probe (distance.c) */
+    char pad[LS_HW_LINE - sizeof(lockstep_waitword_t) - 4 * sizeof(uint32_t)];
     uint32_t ping;              /* the probe's word, on a line no call reads (distance.c) */
 } ls_seg_state_t;
 _Static_assert(sizeof(ls_seg_state_t) <= LS_LINE, "the state is one line");

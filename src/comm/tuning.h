@@ -165,12 +165,16 @@ struct ls_kcopy_window {
 #define LS_PROBE_SWITCH_NS 1000u
 
 /* The ranks probe again every LS_PROBE_CALLS calls (a power of 2): at a call's worst
- * cost (16 far round trips, 8 us) a thousandth of a 1-KiB allreduce's time, and often
- * enough that a job's route follows the host within a second of large calls. A probe
+ * cost (16 far round trips, 8 us) a thousandth of a 1-KiB allreduce's time. Calls
+ * whose route follows the distance probe again LS_PROBE_INTERVAL_NS after the last
+ * probe too: 1024 of them can take seconds (16 MiB, 4 ranks: 5-17 s), and a judgement
+ * that old chose the wrong route for whole stretches (the main job's 4 MiB row: 0.85x
+ * OpenMPI; 0.35x judged afresh). A probe
  * whose partner does not answer within LS_PROBE_GIVE_UP_NS is dropped and the last
  * judgement stands; at create, where the partner may still be waking from the
  * rendezvous, it waits up to LS_PROBE_CREATE_NS. */
 #define LS_PROBE_CALLS 1024u
+#define LS_PROBE_INTERVAL_NS (50ull * 1000 * 1000)
 #define LS_PROBE_GIVE_UP_NS (200ull * 1000)
 #define LS_PROBE_CREATE_NS (100ull * 1000 * 1000)
 

@@ -6,6 +6,7 @@
 #include "failure_helpers.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #define COUNT (64 * 1024 / 4) /* f32: 64 KiB, a block inside every far window */
 #define AR_COUNT (512 * 1024 / 4) /* the allreduce's f32: 512 KiB, inside its far window,
@@ -131,10 +132,40 @@ static int change_body(int rank, int size, const char *job)
     return 0;
 }
 
+/* Large calls far apart in time: the judgement follows within two calls of a change,
+ * long before the 1024th call (LS_PROBE_INTERVAL_NS) */
+static int interval_body(int rank, int size, const char *job)
+{
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "close", 1), 0);
+    lockstep_comm_t *c = harness_comm(rank, size, job, 60000);
+    CHECK(c != NULL);
+    float *send = malloc(AR_COUNT * 4), *recv = malloc(AR_COUNT * 4);
+    CHECK(send && recv);
+    unsigned i = 0;
+    CHECK_EQ(checked_allreduce(c, rank, size, i++, send, recv), LOCKSTEP_ROUTE_CHUNKED);
+    if (rank == 0)
+        CHECK_EQ(setenv("LOCKSTEP_COMM_DISTANCE", "far", 1), 0);
+    /* the first call names the next for a probe, which judges; every rank makes as many */
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ(usleep(60 * 1000), 0);
+        checked_allreduce(c, rank, size, i++, send, recv);
+    }
+    CHECK_EQ(lockstep_comm_barrier(c), 0);
+    CHECK_EQ(lockstep_comm_distance(c, NULL), LOCKSTEP_DISTANCE_FAR);
+    CHECK_EQ(checked_allreduce(c, rank, size, i++, send, recv),
+             can_kcopy ? LOCKSTEP_ROUTE_KERNEL_COPY : LOCKSTEP_ROUTE_CHUNKED);
+    free(send);
+    free(recv);
+    lockstep_comm_free(c);
+    return 0;
+}
+
 static void test_change(void)
 {
     can_kcopy = siblings_can_read();
     harness_run_clean(change_body, 2, "distance", 120, 0);
+    harness_run_clean(interval_body, 2, "interval", 120, 0);
 }
 
 static lockstep_distance_t param_distance = LOCKSTEP_DISTANCE_AUTO;

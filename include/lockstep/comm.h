@@ -31,9 +31,9 @@
  *                                                                             close | far
  *   allreduce       <= allreduce_    chunked reduce-       send and recv in   64-256 | from
  *                   small_bytes      scatter + allgather   every rank's       KiB,   | 64 KiB;
- *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB 4-byte | 256 KiB-
- *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)  elems. | 4 MiB
- *                   oversubscribed)  chunk                                          | oversub.
+ *                   (auto: 32 KiB /  through the chunk     buffer, from 1 KiB 4-byte | 256 KiB+
+ *                   (size-1), 8 KiB  slots, a step per     (x ranks per CPU)  elems. | over-
+ *                   oversubscribed)  chunk                                          | subscribed
  *   reduce-scatter  total <= 512 B   chunked               in buffers, 1 KiB  blocks of 64-
  *                   (8 KiB over.)                          blocks             128 KiB | 32 KiB+
  *   all-to-all      as reduce-       chunked               in buffers, 1 KiB  blocks of 32-160

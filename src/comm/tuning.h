@@ -95,13 +95,12 @@ struct ls_kcopy_window {
  * where the chunked path's copies and reductions overlap), f16/bf16 never (they
  * reduce more slowly and start later); far apart, from 64 KiB (apart: 13 us against
  * the slots' 35.5 at 64 KiB).
- * Ranks outnumbering the CPUs far apart: from 256 KiB to 4 MiB (4 ranks on 2 CPUs:
- * 1 MiB 256-300 us against the slots' 321-327; at 64 KiB 23 against 18, at 16 MiB
- * 6320-6460 against 5730-5850, where the two ranks sharing a core evict each other's
- * pieces) */
+ * Ranks outnumbering the CPUs far apart: from 256 KiB (4 ranks on 2 CPUs: 1 MiB
+ * 256-300 us against the slots' 321-327, 16 MiB 9.5-11.8 ms against 14.6-17.5, each
+ * with the CPUs apart by its own round trip; at 64 KiB 23 against 18) */
 #define LS_KCOPY_ALLREDUCE                                                              \
     {64 * LS_KIB, 256 * LS_KIB, LS_KCOPY_NEVER, 64 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, 256 * LS_KIB, \
-     4096 * LS_KIB}
+     LS_KCOPY_ANY}
 #define LS_KCOPY_ALLREDUCE_HALF                                                         \
     {LS_KCOPY_NEVER, 0, LS_KCOPY_NEVER, 512 * LS_KIB, 64 * LS_KIB, LS_KCOPY_NEVER, LS_KCOPY_NEVER, 0}
 /* reduce-scatter, per block: each rank reads its block of every peer's send, the

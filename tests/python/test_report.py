@@ -313,3 +313,25 @@ def test_a_load_target_past_its_floor_is_judged_against_the_floor():
     assert lines[2].startswith("shards warm, best rounds: lockstep-shards >= 1.0x safetensors.torch: met (1.00x, 31.00 against 31.00 GB/s)")
     assert lines[1].endswith("missed (1.42x, 1.70 against 1.20 GB/s)")
     assert lines[-2].endswith("the checkpoint: met (1.010x)")
+
+
+def test_against_judges_over_the_drift_openmpi_saw_in_the_same_launches():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from lockstep_bench_against import compare, verdicts
+
+    def build(lockstep, openmpi, paths):
+        return {("allreduce_2r", "lockstep", 4): [lockstep] * 3, ("allreduce_2r", "openmpi", 4): [openmpi] * 3,
+                ("allreduce_paths_2r", "lockstep-large", 4): [paths] * 3,
+                ("roundtrip_2r", "allreduce_2r", 4): [65.0] * 3, ("roundtrip_2r", "allreduce_paths_2r", 4): [65.0] * 3}
+
+    # after's launches caught a slower spell: OpenMPI 1.3x there too, so both rows are alike
+    rows = compare({"old": build(0.07, 0.20, 0.07), "this": build(0.091, 0.26, 0.091)}, "old", "this")
+    assert [round(r[7], 2) for r in rows] == [1.3, 1.3]  # the paths table takes allreduce_2r's OpenMPI
+    assert verdicts(rows, 2, str) == \
+        ["2 ranks: after <= 1.15x before: 2 of 2 rows in the usual state; met (worst 1.00x: allreduce_2r lockstep 4)"]
+    # the same rows beside an OpenMPI that did not move: lockstep itself is 1.3x slower
+    rows = compare({"old": build(0.07, 0.26, 0.07), "this": build(0.091, 0.26, 0.091)}, "old", "this")
+    assert verdicts(rows, 2, str) == \
+        ["2 ranks: after <= 1.15x before: 2 of 2 rows in the usual state; missed: allreduce_2r lockstep 4 1.30x; "
+         "allreduce_paths_2r lockstep-large 4 1.30x"]
